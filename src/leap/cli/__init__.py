@@ -1,0 +1,99 @@
+"""The `leap` command line: thin commands that parse, call the library and print.
+
+Each command group lives in its own module (``cli/data.py``, ``cli/sim.py`` ...) and registers
+itself on :data:`app`. This module is the only place library errors become exit codes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from leap.config import DEFAULT_HOME, Workspace
+from leap.errors import LeapError
+
+app = typer.Typer(
+    name="leap",
+    help="Predict training throughput on every accelerator type before launch, "
+    "and rank the types by value (samples per unit cost).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    home: Path = typer.Option(
+        None, "--home", help="Workspace directory (store + models). Default: $LEAP_HOME or ./.leap",
+        show_default=False,
+    ),
+    catalog: Path = typer.Option(
+        None, "--catalog", help="Your hardware catalog TOML (overrides/extends the default). "
+        "Default: $LEAP_CATALOG or <home>/catalog.toml if present.", show_default=False,
+    ),
+) -> None:
+    home_path = home or Path(os.environ.get("LEAP_HOME", str(DEFAULT_HOME)))
+    catalog_path = catalog or (Path(os.environ["LEAP_CATALOG"]) if os.environ.get("LEAP_CATALOG")
+                               else None)
+    if catalog_path is None and (home_path / "catalog.toml").exists():
+        catalog_path = home_path / "catalog.toml"
+    ctx.obj = Workspace(home=home_path, catalog_path=catalog_path)
+
+
+def workspace(ctx: typer.Context) -> Workspace:
+    ws = ctx.obj
+    assert isinstance(ws, Workspace)
+    return ws
+
+
+def guarded(fn: F) -> F:
+    """Turn library errors into one red line on stderr and exit code 1 (never a traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LeapError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(obj: Any) -> None:
+    """Machine-readable output on stdout (plain JSON, no colour)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _register() -> None:
+    # Imported for their side effect of adding commands to `app`; each module owns one group.
+    import importlib
+
+    for mod in ("data", "sim", "model", "rank", "evaluate", "bench_data"):
+        try:
+            importlib.import_module(f"leap.cli.{mod}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"leap.cli.{mod}":
+                raise
+
+
+def main() -> None:
+    _register()
+    app()

@@ -1,0 +1,1 @@
+"""Attempt data: schema, validated ingest and the embedded DuckDB store."""

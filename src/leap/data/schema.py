@@ -1,0 +1,50 @@
+"""The attempt record: required and optional columns, their types and allowed values."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+STATUSES: tuple[str, ...] = ("succeeded", "failed", "oom", "preempted")
+
+#: Required columns, in store order, with their canonical Arrow types.
+REQUIRED: dict[str, pa.DataType] = {
+    "attempt_id": pa.string(),
+    "family_id": pa.string(),
+    "model_type": pa.string(),
+    "submitted_at": pa.timestamp("us", tz="UTC"),
+    "hardware": pa.string(),
+    "trainer_count": pa.int64(),
+    "batch_size": pa.int64(),
+    "status": pa.string(),
+    "throughput": pa.float64(),
+}
+
+#: Optional architecture-summary and job-shape columns: features when present, never required.
+OPTIONAL: dict[str, pa.DataType] = {
+    "model_category": pa.string(),
+    "num_params": pa.float64(),
+    "flops_per_sample": pa.float64(),
+    "embedding_params": pa.float64(),
+    "num_layers": pa.float64(),
+    "hidden_dim": pa.float64(),
+    "seq_len": pa.float64(),
+    "num_dense_features": pa.float64(),
+    "num_sparse_features": pa.float64(),
+    "precision": pa.string(),
+    "devices_per_trainer": pa.int64(),
+    "data_parallel": pa.int64(),
+    "tensor_parallel": pa.int64(),
+    "pipeline_parallel": pa.int64(),
+    "duration_hours": pa.float64(),
+}
+
+ALL_COLUMNS: dict[str, pa.DataType] = {**REQUIRED, **OPTIONAL}
+
+#: Columns that describe the job as known at launch (no outcome): what a rank request carries.
+OUTCOME_COLUMNS: tuple[str, ...] = ("attempt_id", "submitted_at", "status", "throughput",
+                                    "duration_hours", "hardware")
+JOB_COLUMNS: tuple[str, ...] = tuple(c for c in ALL_COLUMNS if c not in OUTCOME_COLUMNS)
+
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+ATTEMPTS_SCHEMA = pa.schema([pa.field(n, t, nullable=True) for n, t in ALL_COLUMNS.items()])

@@ -1,0 +1,1 @@
+"""Features: the history snapshot as of a time, and the one encode() for training and serving."""

@@ -1,0 +1,1 @@
+"""Launch-time ranking: value per unit cost, premium filter, fail-open."""

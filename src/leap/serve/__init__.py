@@ -1,0 +1,1 @@
+"""The HTTP service (FastAPI) and its client."""

@@ -1,0 +1,1 @@
+"""The reference fleet simulator: jobs, physical throughput truth (the oracle), scheduler."""
