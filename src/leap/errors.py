@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Iterable
 
 
@@ -47,7 +46,8 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
         a, b = name.lower(), choice.lower()
         ratio = difflib.SequenceMatcher(None, a, b).ratio()
         # Names that start alike are far likelier typos of each other ("H10O" -> "H100-SXM").
-        common = len(os.path.commonprefix([a, b]))
+        common = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                      min(len(a), len(b)))
         return ratio + 0.15 * min(common, 3)
 
     ranked = sorted(choices, key=score, reverse=True)

@@ -40,10 +40,13 @@ OPTIONAL: dict[str, pa.DataType] = {
 
 ALL_COLUMNS: dict[str, pa.DataType] = {**REQUIRED, **OPTIONAL}
 
-#: Columns that describe the job as known at launch (no outcome): what a rank request carries.
-OUTCOME_COLUMNS: tuple[str, ...] = ("attempt_id", "submitted_at", "status", "throughput",
-                                    "duration_hours", "hardware")
-JOB_COLUMNS: tuple[str, ...] = tuple(c for c in ALL_COLUMNS if c not in OUTCOME_COLUMNS)
+#: Known only once an attempt has run: never a feature, never in a rank request.
+OUTCOME_COLUMNS: tuple[str, ...] = ("status", "throughput", "duration_hours")
+#: The launch-time description of a job: what a rank request carries (the candidate
+#: ``hardware`` is added per row by the ranker; ids and times identify attempts, not jobs).
+JOB_COLUMNS: tuple[str, ...] = tuple(
+    c for c in ALL_COLUMNS
+    if c not in (*OUTCOME_COLUMNS, "attempt_id", "submitted_at", "hardware"))
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 

@@ -1,0 +1,264 @@
+"""CLI: `leap train`, `leap models ...`, `leap predict`, `leap check-features`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from leap.cli import app, console, guarded, print_json, workspace
+from leap.errors import ConfigError
+
+models_app = typer.Typer(help="List published model versions and roll back.",
+                         no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+def parse_day(value: str | None, option: str = "--as-of") -> datetime | None:
+    """A YYYY-MM-DD option as UTC midnight (None passes through)."""
+    if value is None:
+        return None
+    try:
+        d = datetime.strptime(value, "%Y-%m-%d")
+    except ValueError:
+        raise ConfigError(f"{option} must be a date like 2026-01-31, got {value!r}") from None
+    return d.replace(tzinfo=UTC)
+
+
+def _pct(x: Any) -> str:
+    return "—" if x is None or x != x else f"{100 * float(x):.1f}%"
+
+
+def _oracle_ceiling(store: Any, day_rows: Any) -> float | None:
+    """The simulator's ceiling on the held-out day, when the store was simulated."""
+    try:
+        from leap.sim.oracle import oracle_ceiling
+    except ImportError:
+        return None
+    try:
+        return oracle_ceiling(store, day_rows)
+    except Exception:
+        return None
+
+
+@app.command(epilog="Example: leap --home /tmp/x train --as-of 2026-01-31 --window-days 30")
+@guarded
+def train(
+    ctx: typer.Context,
+    as_of: str = typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD): train on the "
+                              "window before it, evaluate on it. Default: the day after the "
+                              "last full day in the store."),
+    window_days: int = typer.Option(30, "--window-days", min=2, help="Days of attempts to "
+                                    "train on."),
+    model: str = typer.Option("cascade", "--model", help="cascade (router + specialists) "
+                              "or global (one model)."),
+    specialists: int = typer.Option(13, "--specialists", min=2, help="K for the cascade."),
+    objective: str = typer.Option("quantile", "--objective", help="quantile (median) or l2."),
+    no_history: bool = typer.Option(False, "--no-history", help="Ablation: drop the history "
+                                    "features."),
+    quality_margin: float = typer.Option(0.02, "--quality-margin", help="Refuse to publish "
+                                         "if held-out accuracy is this much below the "
+                                         "current model's."),
+    force: bool = typer.Option(False, "--force", help="Publish even if the quality gate "
+                               "refuses."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Train and evaluate; publish "
+                                 "nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Train the nightly model on the window before --as-of and publish it."""
+    from leap.catalog import Catalog
+    from leap.data.store import Store
+    from leap.model.artifact import Registry
+    from leap.model.train import TrainConfig, train_nightly
+
+    ws = workspace(ctx)
+    cfg = TrainConfig(window_days=window_days, model_kind=model, n_specialists=specialists,
+                      objective=objective, use_history=not no_history,
+                      quality_margin=quality_margin)
+    catalog = Catalog.load(ws.catalog_path)
+    if not ws.store_path.exists():
+        raise ConfigError(f"no attempt store at {ws.store_path}; run `leap ingest` or "
+                          "`leap simulate` first (or pass --home)")
+    with Store(ws.store_path, read_only=True) as store:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                      console=console, disable=as_json, transient=True) as bar:
+            tasks: dict[str, Any] = {}
+
+            def progress(stage: str, done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = bar.add_task(stage, total=total)
+                bar.update(tasks[stage], completed=done, total=total)
+
+            result = train_nightly(store, catalog, Registry(ws.models_dir),
+                                   as_of=parse_day(as_of), cfg=cfg, publish=not dry_run,
+                                   force=force, progress=progress)
+        out = result.to_json()
+        held = result.metrics.get("held_out")
+        if held is not None:
+            from leap.model.train import load_attempts, succeeded_attempts
+
+            day = succeeded_attempts(
+                load_attempts(store, result.as_of, result.as_of + timedelta(days=1)), catalog)
+            ceiling = _oracle_ceiling(store, day)
+            if ceiling is not None:
+                held["oracle_ceiling"] = ceiling
+    if as_json:
+        print_json(out)
+        return
+    _print_train(out)
+
+
+def _print_train(out: dict[str, Any]) -> None:
+    m = out["metrics"]
+    console.print(f"window {m['window']['start'][:10]} .. {m['window']['end'][:10]} "
+                  f"({m['train_rows']:,} succeeded attempts)")
+    held = m.get("held_out")
+    if held:
+        t = Table(title=f"held-out day {held['day']}")
+        for col in ("rows", "accuracy ±20%", "GPU-hour weighted", "median APE"):
+            t.add_column(col, justify="right")
+        t.add_column("slice")
+        for name, blk in (("all", held), ("seen families", held["seen_families"]),
+                          ("unseen families", held["unseen_families"])):
+            t.add_row(f"{int(blk['n']):,}", _pct(blk["accuracy"]),
+                      _pct(blk.get("accuracy_gpu_hours")), _pct(blk["median_ape"]), name)
+        console.print(t)
+        if "oracle_ceiling" in held:
+            console.print(f"oracle ceiling (simulator truth within ±20%): "
+                          f"{_pct(held['oracle_ceiling'])}")
+    else:
+        console.print("[yellow]no held-out day in the store: accuracy not measured[/]")
+    gate = out["quality_gate"]
+    if out["published"]:
+        console.print(f"[green]published[/] model {out['version']}")
+    else:
+        console.print("dry run: nothing published")
+    if gate.get("current_accuracy") is not None:
+        console.print(f"quality gate: new {_pct(gate['new_accuracy'])} vs current "
+                      f"{gate['current_version']} {_pct(gate['current_accuracy'])}")
+    t = out["timings_s"]
+    console.print("time: " + ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in t.items()))
+
+
+@models_app.command("list", epilog="Example: leap models list --json")
+@guarded
+def models_list(ctx: typer.Context,
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List published model versions; the one serving is marked."""
+    import json
+
+    from leap.model.artifact import MANIFEST, Registry
+
+    reg = Registry(workspace(ctx).models_dir)
+    latest = reg.latest_version()
+    rows = []
+    for v in reg.versions():
+        man = json.loads((reg.path(v) / MANIFEST).read_text())
+        held = man.get("metrics", {}).get("held_out", {})
+        rows.append({"version": v, "latest": v == latest, "as_of": man.get("as_of"),
+                     "model_kind": man.get("model_kind"), "accuracy": held.get("accuracy"),
+                     "created_at": man.get("created_at")})
+    if as_json:
+        print_json({"latest": latest, "versions": rows})
+        return
+    if not rows:
+        console.print("no published models yet; run `leap train`")
+        return
+    t = Table()
+    for c in ("", "version", "as of", "kind", "held-out accuracy", "created"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row("*" if r["latest"] else "", r["version"], str(r["as_of"])[:10],
+                  str(r["model_kind"]), _pct(r["accuracy"]), str(r["created_at"])[:19])
+    console.print(t)
+
+
+@models_app.command("rollback", epilog="Example: leap models rollback --to 20260130-01")
+@guarded
+def models_rollback(ctx: typer.Context,
+                    to: str = typer.Option(None, "--to", help="Version to serve (default: "
+                                           "the one before the current).")) -> None:
+    """Point `latest` back at an earlier version (the server picks it up without restart)."""
+    from leap.model.artifact import Registry
+
+    reg = Registry(workspace(ctx).models_dir)
+    version = reg.rollback(to)
+    reg.load(version)  # refuse to leave `latest` on something that does not load
+    console.print(f"latest is now {version}")
+
+
+@app.command(epilog="Example: leap predict jobs.csv --candidates H100-SXM,A100-SXM4-80GB "
+             "--out predictions.csv")
+@guarded
+def predict(
+    ctx: typer.Context,
+    jobs_file: Path = typer.Argument(..., help="Jobs (CSV, Parquet or JSON Lines). Rows with "
+                                     "a hardware column are scored on it; otherwise on "
+                                     "every --candidates type."),
+    candidates: str = typer.Option(None, "--candidates", help="Comma-separated types for "
+                                   "rows without hardware (default: the whole catalog)."),
+    out: Path = typer.Option(None, "--out", help="Write predictions here (.csv or .parquet) "
+                             "instead of printing."),
+    version: str = typer.Option(None, "--version", help="Model version (default: latest)."),
+) -> None:
+    """Predict samples/s for each (job, hardware) row with the published model."""
+    from leap.model.artifact import Registry
+    from leap.model.predict import predict_file
+
+    art = Registry(workspace(ctx).models_dir).load(version)
+    names = [c.strip() for c in candidates.split(",")] if candidates else None
+    frame = predict_file(art, jobs_file, names)
+    if out is None:
+        console.print(frame.to_string(index=False, max_rows=50))
+        return
+    if out.suffix == ".parquet":
+        frame.to_parquet(out, index=False)
+    else:
+        frame.to_csv(out, index=False)
+    console.print(f"wrote {len(frame):,} predictions to {out}")
+
+
+@app.command("check-features", epilog="Example: leap check-features --as-of 2026-01-31")
+@guarded
+def check_features(
+    ctx: typer.Context,
+    as_of: str = typer.Option(None, "--as-of", help="Day whose attempts are checked "
+                              "(default: the last day in the store)."),
+    sample: int = typer.Option(1000, "--sample", min=1, help="Attempts to check."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Prove training and serving build identical features for the same jobs."""
+    from leap.catalog import Catalog
+    from leap.data.store import Store
+    from leap.errors import ArtifactError
+    from leap.model.artifact import Registry
+    from leap.model.parity import check_parity
+
+    ws = workspace(ctx)
+    spec = None
+    catalog = Catalog.load(ws.catalog_path)
+    try:
+        art = Registry(ws.models_dir).load()
+        spec, catalog = art.spec, art.catalog
+    except ArtifactError:
+        pass  # no model yet: check every feature leap can compute
+    with Store(ws.store_path, read_only=True) as store:
+        report = check_parity(store, catalog, as_of=parse_day(as_of), sample=sample, spec=spec)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        console.print(f"{report.rows:,} attempts of {report.as_of:%Y-%m-%d}, "
+                      f"{report.features} features")
+        for label, items in (("differ between training and serving", report.mismatched_features),
+                             ("change with the outcome", report.outcome_sensitive_features),
+                             ("cannot be supplied by a request", report.unsuppliable_features)):
+            if items:
+                console.print(f"[red]features that {label}:[/] {items}")
+        if report.ok:
+            console.print("[green]ok[/]: training and serving features are identical")
+    if not report.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,214 @@
+"""The one feature path: (jobs, candidate hardware, snapshot) -> model rows, for train and serve.
+
+Training calls :func:`encode` on past attempts (their outcome columns are simply not read);
+serving calls it on job requests. A job needs only launch-time columns
+(:data:`leap.data.schema.JOB_COLUMNS` plus the candidate ``hardware``); every optional
+architecture column may be absent and becomes a missing value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from leap.catalog import Catalog
+from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS
+from leap.errors import ArtifactError, DataError
+from leap.features.history import LEVELS, Snapshot
+from leap.features.physics import estimates, hardware_specs
+
+FEATURE_VERSION = 1
+
+#: Columns a serving request must be able to supply (everything else is optional).
+REQUEST_COLUMNS: tuple[str, ...] = ("family_id", "model_type", "trainer_count", "batch_size",
+                                    "hardware")
+
+_LOG_JOB = ("trainer_count", "batch_size", "num_params", "flops_per_sample",
+            "embedding_params", "hidden_dim", "seq_len")
+_RAW_JOB = ("devices_per_trainer", "num_layers", "num_dense_features", "num_sparse_features",
+            "data_parallel", "tensor_parallel", "pipeline_parallel")
+_HW = ("year", "devices_per_host", "peak_bf16_tflops", "peak_fp32_tflops", "memory_gb",
+       "mem_bw_gb_per_s", "intra_node_bw_gb_per_s", "inter_node_bw_gbit_per_s")
+_PHYS = ("log_compute_sps", "log_weight_stream_sps", "log_comm_s", "comm_to_compute",
+         "mem_fit", "log_phys_sps", "log_devices")
+CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "precision", "model_category")
+
+# Residual levels in order of specificity: the first one with history gives `hist_est`.
+_RESIDUAL_PRIORITY = ("fam_hw_tc", "fam_hw", "fam_vendor", "fam", "mt_hw", "mt")
+
+
+def _history_names() -> list[str]:
+    return [s for lv in LEVELS for s in lv.stats]
+
+
+FEATURE_NAMES: tuple[str, ...] = (
+    *[f"log_{c}" for c in _LOG_JOB], *_RAW_JOB, *CATEGORICAL, *_HW, *_PHYS,
+    *_history_names(), "has_family_history", "hist_level", "hist_est",
+)
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """What the model was trained on: feature names and categorical vocabularies.
+
+    Categorical values unseen at training time encode as missing (NaN), never as a new code.
+    """
+
+    names: tuple[str, ...] = FEATURE_NAMES
+    vocab: dict[str, list[str]] = field(default_factory=dict)
+    version: int = FEATURE_VERSION
+
+    @property
+    def categorical(self) -> list[str]:
+        return [c for c in CATEGORICAL if c in self.names]
+
+    @classmethod
+    def fit(cls, jobs: pd.DataFrame, catalog: Catalog) -> FeatureSpec:
+        """Vocabularies from the training rows (hardware and vendor from the catalog)."""
+        vocab = {
+            "hardware": sorted(catalog),
+            "vendor": sorted({catalog[n].vendor for n in catalog}),
+            "precision": _levels(jobs, "precision"),
+            "model_category": _levels(jobs, "model_category"),
+        }
+        return cls(vocab=vocab)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> FeatureSpec:
+        try:
+            d = json.loads(text)
+            spec = cls(names=tuple(d["names"]), vocab=d["vocab"], version=int(d["version"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ArtifactError(f"feature spec is unreadable: {exc}") from None
+        if spec.version != FEATURE_VERSION:
+            raise ArtifactError(f"feature spec version {spec.version} does not match this leap "
+                                f"(feature version {FEATURE_VERSION}); retrain the model")
+        unknown = set(spec.names) - set(FEATURE_NAMES)
+        if unknown:
+            raise ArtifactError(f"the model uses features this leap cannot compute: "
+                                f"{sorted(unknown)}; retrain the model")
+        return spec
+
+
+def _levels(jobs: pd.DataFrame, col: str) -> list[str]:
+    if col not in jobs.columns:
+        return []
+    return sorted(str(v) for v in jobs[col].dropna().unique())
+
+
+def _num(jobs: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in jobs.columns:
+        return np.full(len(jobs), np.nan)
+    return pd.to_numeric(jobs[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _codes(values: pd.Series | np.ndarray, vocab: list[str]) -> np.ndarray:
+    idx = pd.Index(vocab).get_indexer(pd.Series(values).astype(object))
+    return np.where(idx >= 0, idx, np.nan).astype(np.float64)
+
+
+def jobs_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Job requests (dicts of launch-time fields) as a frame typed exactly like stored attempts.
+
+    Fields outside :data:`~leap.data.schema.JOB_COLUMNS` (and ``hardware``) are ignored, so an
+    outcome that a caller sends by mistake can never reach the features.
+    """
+    wanted = [c for c in ALL_COLUMNS if c in JOB_COLUMNS or c == "hardware"]
+    present = [c for c in wanted if any(c in r for r in records)]
+    schema = pa.schema([(c, ALL_COLUMNS[c]) for c in present])
+    try:
+        table = pa.Table.from_pylist([{c: r.get(c) for c in present} for r in records],
+                                     schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DataError(f"job fields have the wrong type: {exc}") from None
+    return table.to_pandas()
+
+
+def check_request_columns(jobs: pd.DataFrame) -> None:
+    missing = [c for c in REQUEST_COLUMNS if c not in jobs.columns]
+    if missing:
+        raise DataError(f"job rows lack required column(s) {', '.join(missing)}")
+
+
+def encode(jobs: pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
+           spec: FeatureSpec) -> np.ndarray:
+    """Model rows for ``jobs`` (one row each, on the hardware in its ``hardware`` column).
+
+    Parameters
+    ----------
+    jobs : DataFrame
+        Launch-time job columns plus ``hardware``; outcome columns, if any, are ignored.
+    snapshot : Snapshot
+        History as of the prediction time.
+    catalog : Catalog
+        Must contain every ``hardware`` value.
+    spec : FeatureSpec
+        Feature names and vocabularies of the model.
+
+    Returns
+    -------
+    ndarray of float64, shape (len(jobs), len(spec.names)); NaN is a missing value.
+
+    Examples
+    --------
+    >>> # X = encode(jobs.assign(hardware="H100-SXM"), artifact.snapshot, catalog, spec)
+    """
+    check_request_columns(jobs)
+    cols: dict[str, np.ndarray] = {}
+    for c in _LOG_JOB:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.log(_num(jobs, c))
+        cols[f"log_{c}"] = np.where(np.isfinite(v), v, np.nan)
+    for c in _RAW_JOB:
+        cols[c] = _num(jobs, c)
+    hardware = jobs["hardware"].to_numpy(dtype=object)
+    specs = hardware_specs(catalog, hardware)
+    cols.update({c: specs[c] for c in _HW})
+    vendor = pd.Series(hardware).map({n: catalog[n].vendor for n in catalog}).to_numpy()
+    cols["hardware"] = _codes(hardware, spec.vocab.get("hardware", []))
+    cols["vendor"] = _codes(vendor, spec.vocab.get("vendor", []))
+    for c in ("precision", "model_category"):
+        raw = jobs[c] if c in jobs.columns else pd.Series([None] * len(jobs))
+        cols[c] = _codes(raw.to_numpy(dtype=object), spec.vocab.get(c, []))
+    phys = estimates(jobs, catalog)
+    cols.update(phys)
+
+    keyed = jobs[["family_id", "model_type", "hardware", "trainer_count"]].assign(vendor=vendor)
+    best = np.full(len(jobs), np.nan)
+    level_used = np.full(len(jobs), float(len(_RESIDUAL_PRIORITY)))
+    for lv in LEVELS:
+        block = snapshot.lookup(keyed, lv)
+        for j, name in enumerate(lv.stats):
+            cols[name] = block[:, j]
+    for rank, name in enumerate(_RESIDUAL_PRIORITY):
+        r = cols[f"{name}_med_r"]
+        take = np.isnan(best) & np.isfinite(r)
+        best[take] = r[take]
+        level_used[take] = rank
+    cols["has_family_history"] = np.isfinite(cols["fam_n"]).astype(np.float64)
+    cols["hist_level"] = level_used
+    cols["hist_est"] = phys["log_phys_sps"] + best
+    return np.column_stack([cols[n] for n in spec.names]) if len(jobs) else np.empty(
+        (0, len(spec.names)))
+
+
+def base_margin(X: np.ndarray, spec: FeatureSpec, fallback: float) -> np.ndarray:
+    """The boosting start point for each row: the history-adjusted physics estimate.
+
+    Falls back to the physics estimate alone, then to ``fallback`` (the training median of
+    log throughput) where neither exists; the trees learn the correction on top, so the
+    prediction is still log throughput.
+    """
+    names = list(spec.names)
+    est = X[:, names.index("hist_est")]
+    phys = X[:, names.index("log_phys_sps")]
+    return np.where(np.isfinite(est), est, np.where(np.isfinite(phys), phys, fallback))

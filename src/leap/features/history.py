@@ -1,0 +1,208 @@
+"""History snapshot: statistics of a fleet's past attempts as of a point in time.
+
+One rule serves training and serving: the snapshot *as of* ``t`` summarises the succeeded
+attempts submitted in ``[t - lookback_days, t)``. Serving uses the snapshot as of the end of
+the training window (it travels inside the model artifact); each training row uses the
+snapshot as of the start of its own day, exactly what a nightly model would have served that
+day. Nothing at or after ``as_of`` is ever read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from leap.catalog import Catalog
+from leap.errors import ArtifactError
+from leap.features.physics import estimates
+
+KEY_SEP = "\x1f"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One grouping of history: its key columns and the values it summarises.
+
+    ``y`` is log throughput; ``r`` is the residual of log throughput over the physics
+    estimate (``log_phys_sps``), which transfers across hardware and job shapes.
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        out = [f"{self.name}_n", f"{self.name}_days_since"]
+        for v in self.values:
+            out += [f"{self.name}_med_{v}", f"{self.name}_last_{v}"]
+        out.append(f"{self.name}_sd_{self.values[0]}")
+        return tuple(out)
+
+
+LEVELS: tuple[Level, ...] = (
+    Level("fam_hw_tc", ("family_id", "hardware", "trainer_count"), ("y", "r")),
+    Level("fam_hw", ("family_id", "hardware"), ("y", "r")),
+    Level("fam_vendor", ("family_id", "vendor"), ("r",)),
+    Level("fam", ("family_id",), ("r",)),
+    Level("mt_hw", ("model_type", "hardware"), ("r",)),
+    Level("mt", ("model_type",), ("r",)),
+)
+
+HISTORY_COLUMNS = ("family_id", "model_type", "hardware", "vendor", "trainer_count",
+                   "submitted_at", "y", "r")
+
+
+def key_strings(frame: pd.DataFrame, keys: tuple[str, ...]) -> pd.Index:
+    """Join key columns into one string per row (the lookup key of a level)."""
+    if len(frame) == 0:
+        return pd.Index([], dtype=object)
+    parts = [frame[k].astype(str) for k in keys]
+    joined = parts[0]
+    for p in parts[1:]:
+        joined = joined + KEY_SEP + p
+    return pd.Index(joined.to_numpy(dtype=object))
+
+
+def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Reduce attempts to what history needs: succeeded rows with ``y`` and residual ``r``.
+
+    Rows whose hardware is not in ``catalog`` are dropped (they cannot be scored anyway).
+    """
+    ok = attempts[(attempts["status"] == "succeeded") & (attempts["throughput"] > 0)
+                  & attempts["hardware"].isin(list(catalog))]
+    ok = ok.reset_index(drop=True)
+    phys = estimates(ok, catalog)["log_phys_sps"]
+    y = np.log(ok["throughput"].to_numpy(dtype=np.float64))
+    vendor_of = {n: catalog[n].vendor for n in catalog}
+    return pd.DataFrame({
+        "family_id": ok["family_id"].astype(str),
+        "model_type": ok["model_type"].astype(str),
+        "hardware": ok["hardware"].astype(str),
+        "vendor": ok["hardware"].map(vendor_of).astype(str),
+        "trainer_count": ok["trainer_count"].astype(np.int64),
+        "submitted_at": ok["submitted_at"],
+        "y": y,
+        "r": np.where(np.isfinite(phys), y - phys, np.nan),
+    })
+
+
+class Snapshot:
+    """History statistics per level as of ``as_of``: what serving looks jobs up in.
+
+    Each level is a string index of keys and a float matrix of its :attr:`Level.stats`.
+    """
+
+    def __init__(self, as_of: datetime, lookback_days: int,
+                 tables: dict[str, pd.DataFrame]) -> None:
+        self.as_of = as_of
+        self.lookback_days = lookback_days
+        self.tables = tables
+        self._index: dict[str, tuple[pd.Index, np.ndarray]] = {}
+        for level in LEVELS:
+            t = tables[level.name]
+            idx = key_strings(t, level.keys)
+            self._index[level.name] = (idx, t[list(level.stats)].to_numpy(dtype=np.float64))
+
+    def lookup(self, jobs: pd.DataFrame, level: Level) -> np.ndarray:
+        """Stats of ``level`` for each job row; NaN rows where the key has no history."""
+        idx, values = self._index[level.name]
+        pos = idx.get_indexer(key_strings(jobs, level.keys)) if len(idx) else np.full(
+            len(jobs), -1)
+        out = np.full((len(jobs), values.shape[1]), np.nan)
+        hit = pos >= 0
+        out[hit] = values[pos[hit]]
+        return out
+
+    def n_keys(self) -> dict[str, int]:
+        return {name: len(t) for name, t in self.tables.items()}
+
+    # Persistence (inside the model artifact) --------------------------------------------
+    def save(self, directory: Path) -> list[Path]:
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, table in self.tables.items():
+            path = directory / f"{name}.parquet"
+            pq.write_table(pa.Table.from_pandas(table, preserve_index=False), path)
+            written.append(path)
+        meta = directory / "snapshot.json"
+        meta.write_text(json.dumps({"as_of": self.as_of.isoformat(),
+                                    "lookback_days": self.lookback_days}))
+        written.append(meta)
+        return written
+
+    @classmethod
+    def load(cls, directory: Path) -> Snapshot:
+        try:
+            meta = json.loads((directory / "snapshot.json").read_text())
+            tables = {lv.name: pq.read_table(directory / f"{lv.name}.parquet").to_pandas()
+                      for lv in LEVELS}
+        except (OSError, ValueError, KeyError) as exc:
+            raise ArtifactError(f"history snapshot in {directory} is unreadable: {exc}") from None
+        for lv in LEVELS:
+            missing = set(lv.keys + lv.stats) - set(tables[lv.name].columns)
+            if missing:
+                raise ArtifactError(f"history snapshot level '{lv.name}' in {directory} lacks "
+                                    f"columns {sorted(missing)}; retrain with this leap version")
+        return cls(datetime.fromisoformat(meta["as_of"]), int(meta["lookback_days"]), tables)
+
+
+class HistoryBuilder:
+    """Builds snapshots as of any time from one prepared history frame (kept in DuckDB).
+
+    Examples
+    --------
+    >>> # builder = HistoryBuilder(prepare_history(attempts, catalog), lookback_days=30)
+    >>> # snap = builder.snapshot(datetime(2026, 1, 31, tzinfo=UTC))
+    """
+
+    def __init__(self, history: pd.DataFrame, *, lookback_days: int = 30) -> None:
+        self.lookback_days = lookback_days
+        self._con = duckdb.connect()
+        self._con.execute("SET threads TO 2")
+        frame = history[list(HISTORY_COLUMNS)]
+        self._con.register("hist_src", frame)
+        self._con.execute("CREATE TABLE hist AS SELECT * FROM hist_src ORDER BY submitted_at")
+        self._con.unregister("hist_src")
+
+    def close(self) -> None:
+        self._con.close()
+
+    def snapshot(self, as_of: datetime) -> Snapshot:
+        """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``."""
+        if as_of.tzinfo is None:
+            raise ValueError("as_of must be timezone-aware (UTC)")
+        as_of = as_of.astimezone(UTC)
+        start = as_of - timedelta(days=self.lookback_days)
+        self._con.execute(
+            "CREATE OR REPLACE TEMP TABLE h AS SELECT * FROM hist "
+            "WHERE submitted_at >= ? AND submitted_at < ?", [start, as_of])
+        tables = {lv.name: self._level(lv, as_of) for lv in LEVELS}
+        return Snapshot(as_of, self.lookback_days, tables)
+
+    def _level(self, level: Level, as_of: datetime) -> pd.DataFrame:
+        keys = ", ".join(level.keys)
+        join = " AND ".join(f"h.{k} = l.{k}" for k in level.keys)
+        aggs = [f"count(*)::DOUBLE AS {level.name}_n",
+                f"date_diff('second', max(h.submitted_at), ?::TIMESTAMPTZ) / 86400.0 "
+                f"AS {level.name}_days_since"]
+        for v in level.values:
+            aggs.append(f"median(h.{v}) AS {level.name}_med_{v}")
+            # The latest day of a key's history: it catches step changes the 30-day median lags.
+            aggs.append(f"median(h.{v}) FILTER (WHERE h.submitted_at >= l.t_last - "
+                        f"INTERVAL 1 DAY) AS {level.name}_last_{v}")
+        v0 = level.values[0]
+        aggs.append(f"coalesce(stddev_samp(h.{v0}), 0.0) AS {level.name}_sd_{v0}")
+        sql = (f"WITH l AS (SELECT {keys}, max(submitted_at) AS t_last FROM h GROUP BY {keys}) "
+               f"SELECT {', '.join('h.' + k for k in level.keys)}, {', '.join(aggs)} "
+               f"FROM h JOIN l ON {join} GROUP BY {', '.join('h.' + k for k in level.keys)} "
+               f"ORDER BY {', '.join('h.' + k for k in level.keys)}")
+        return self._con.execute(sql, [as_of]).df()

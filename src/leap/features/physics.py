@@ -1,0 +1,115 @@
+"""Analytic throughput estimates from a job's shape and a hardware type's spec sheet.
+
+These are the learner's own first-principles features (roofline compute time, weight
+streaming time, gradient all-reduce time, memory fit). They are deliberately simple and
+independent of the simulator's hidden truth: the model learns the corrections.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from leap.catalog import SPEC_COLUMNS, Catalog
+
+#: Bytes of weights + gradients + optimizer state per parameter (mixed-precision Adam).
+TRAIN_BYTES_PER_PARAM = 16.0
+#: 16-bit gradients are all-reduced; ring all-reduce moves ~2x the buffer.
+ALLREDUCE_BYTES_PER_PARAM = 4.0
+
+_PRECISION_PEAK = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "bf16"}
+
+
+def _col(jobs: pd.DataFrame, name: str, default: float = np.nan) -> np.ndarray:
+    if name in jobs.columns:
+        return pd.to_numeric(jobs[name], errors="coerce").to_numpy(dtype=np.float64,
+                                                                     na_value=np.nan)
+    return np.full(len(jobs), default, dtype=np.float64)
+
+
+def hardware_specs(catalog: Catalog, hardware: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-row arrays of every :data:`~leap.catalog.SPEC_COLUMNS` figure (vectorised lookup)."""
+    codes, uniques = pd.factorize(np.asarray(hardware, dtype=object))
+    matrix = catalog.spec_matrix(list(uniques))[codes]
+    return {name: matrix[:, i] for i, name in enumerate(SPEC_COLUMNS)}
+
+
+def peak_flops(jobs: pd.DataFrame, specs: dict[str, np.ndarray]) -> np.ndarray:
+    """Peak dense FLOP/s per device for each row's precision on each row's hardware."""
+    bf16 = specs["peak_bf16_tflops"] * 1e12
+    fp32 = specs["peak_fp32_tflops"] * 1e12
+    if "precision" in jobs.columns:
+        kind = (jobs["precision"].astype(object).map(_PRECISION_PEAK).fillna("bf16")
+                .to_numpy(dtype=object))
+    else:
+        kind = np.full(len(jobs), "bf16")
+    # TF32 tensor cores run at about half the 16-bit rate where they exist; never below fp32.
+    tf32 = np.maximum(bf16 / 2.0, fp32)
+    return np.where(kind == "fp32", fp32, np.where(kind == "tf32", tf32, bf16))
+
+
+def estimates(jobs: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """Physics features for each row of ``jobs`` on the hardware named in its ``hardware`` column.
+
+    Returns a dict of float64 arrays (NaN where an input is missing), all per row:
+    ``log_compute_sps`` (log samples/s if compute bound at peak), ``log_weight_stream_sps``
+    (log samples/s if each step must stream the weights once), ``log_comm_s`` (log seconds of
+    one gradient all-reduce), ``comm_to_compute`` (ratio of the two step times),
+    ``mem_fit`` (training bytes per device over device memory: > 1 does not fit) and
+    ``log_phys_sps``, the combined estimate used as the baseline for history residuals.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from leap.catalog import SPEC_COLUMNS, Catalog
+    >>> jobs = pd.DataFrame({"hardware": ["H100-SXM"], "trainer_count": [1], "batch_size": [32],
+    ...                      "devices_per_trainer": [8], "flops_per_sample": [1e12],
+    ...                      "num_params": [1e8], "precision": ["bf16"]})
+    >>> round(float(estimates(jobs, Catalog.default())["mem_fit"][0]), 3)
+    0.02
+    """
+    specs = hardware_specs(catalog, jobs["hardware"].to_numpy())
+    mem_gb = specs["memory_gb"]
+    mem_bw = specs["mem_bw_gb_per_s"] * 1e9
+    intra_bw = specs["intra_node_bw_gb_per_s"] * 1e9
+    inter_bw = specs["inter_node_bw_gbit_per_s"] * 1e9 / 8.0
+
+    trainers = np.maximum(_col(jobs, "trainer_count", 1.0), 1.0)
+    devices_per_trainer = np.nan_to_num(_col(jobs, "devices_per_trainer", 1.0), nan=1.0)
+    devices = trainers * np.maximum(devices_per_trainer, 1.0)
+    batch = np.maximum(_col(jobs, "batch_size", 1.0), 1.0)
+    flops = _col(jobs, "flops_per_sample")
+    params = _col(jobs, "num_params")
+    shard = (np.nan_to_num(_col(jobs, "tensor_parallel", 1.0), nan=1.0)
+             * np.nan_to_num(_col(jobs, "pipeline_parallel", 1.0), nan=1.0))
+    shard = np.maximum(shard, 1.0)
+
+    peak = peak_flops(jobs, specs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        compute_step_s = batch * flops / peak
+        weight_step_s = 2.0 * params / shard / mem_bw
+        link_bw = np.where(trainers > 1, inter_bw, intra_bw)
+        multi = (devices > 1).astype(np.float64)
+        comm_s = multi * ALLREDUCE_BYTES_PER_PARAM * params / shard / link_bw
+        step_s = np.fmax(compute_step_s, weight_step_s) + 0.5 * comm_s
+        log_compute = np.log(devices * batch / compute_step_s)
+        log_stream = np.log(devices * batch / weight_step_s)
+        log_phys = np.log(devices * batch / step_s)
+        mem_fit = params * TRAIN_BYTES_PER_PARAM / shard / (mem_gb * 1e9)
+        comm_ratio = comm_s / np.fmax(compute_step_s, weight_step_s)
+        log_comm = np.log(comm_s)
+    # Without FLOPs the estimate falls back to streaming the weights; without both, NaN.
+    log_phys = np.where(np.isfinite(log_phys), log_phys, log_stream)
+    return {
+        "log_compute_sps": _finite(log_compute),
+        "log_weight_stream_sps": _finite(log_stream),
+        "log_comm_s": _finite(log_comm),
+        "comm_to_compute": _finite(comm_ratio),
+        "mem_fit": _finite(mem_fit),
+        "log_phys_sps": _finite(log_phys),
+        "log_devices": np.log(devices),
+    }
+
+
+def _finite(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(x), x, np.nan)

@@ -1,0 +1,65 @@
+"""Accuracy metrics shared by nightly training and evaluation (pure NumPy, no state).
+
+Accuracy is the paper's: the share of attempts whose predicted throughput lies within ±20%
+of the measured value, i.e. ``|pred / actual - 1| <= 0.2``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TOLERANCE = 0.20
+
+
+def within(pred: np.ndarray, actual: np.ndarray, tolerance: float = TOLERANCE) -> np.ndarray:
+    """Boolean per row: prediction within ``tolerance`` (relative) of the actual value."""
+    pred = np.asarray(pred, dtype=np.float64)
+    actual = np.asarray(actual, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.abs(pred / actual - 1.0) <= tolerance
+
+
+def accuracy(pred: np.ndarray, actual: np.ndarray, weights: np.ndarray | None = None,
+             tolerance: float = TOLERANCE) -> float:
+    """Weighted share of rows within tolerance; rows with a missing prediction count as misses.
+
+    Examples
+    --------
+    >>> accuracy(np.array([100., 130., 90.]), np.array([100., 100., 100.]))
+    0.6666666666666666
+    >>> accuracy(np.array([100., 130.]), np.array([100., 100.]), weights=np.array([1., 3.]))
+    0.25
+    """
+    ok = within(pred, actual, tolerance) & np.isfinite(pred)
+    w = np.ones(len(ok)) if weights is None else np.nan_to_num(np.asarray(weights, float))
+    total = w.sum()
+    return float((w * ok).sum() / total) if total > 0 else float("nan")
+
+
+def median_ape(pred: np.ndarray, actual: np.ndarray) -> float:
+    """Median absolute percentage error (as a fraction) over rows with a prediction.
+
+    >>> median_ape(np.array([110., 80., 100.]), np.array([100., 100., 100.]))
+    0.1
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    actual = np.asarray(actual, dtype=np.float64)
+    m = np.isfinite(pred) & np.isfinite(actual) & (actual != 0)
+    if not m.any():
+        return float("nan")
+    return float(np.median(np.abs(pred[m] / actual[m] - 1.0)))
+
+
+def summary(pred: np.ndarray, actual: np.ndarray,
+            gpu_hours: np.ndarray | None = None) -> dict[str, float]:
+    """The standard block: n, coverage, attempt- and GPU-hour-weighted accuracy, MdAPE."""
+    pred = np.asarray(pred, dtype=np.float64)
+    out = {
+        "n": float(len(pred)),
+        "coverage": float(np.isfinite(pred).mean()) if len(pred) else float("nan"),
+        "accuracy": accuracy(pred, actual),
+        "median_ape": median_ape(pred, actual),
+    }
+    if gpu_hours is not None:
+        out["accuracy_gpu_hours"] = accuracy(pred, actual, weights=gpu_hours)
+    return out

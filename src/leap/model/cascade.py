@@ -1,0 +1,288 @@
+"""The median cascade (router + specialists) and the single global model, on LightGBM.
+
+Both predict log throughput with a median objective (LightGBM ``quantile``, alpha 0.5).
+Both start boosting from a per-row base margin (the history-adjusted physics estimate, see
+:func:`leap.features.encode.base_margin`) and learn the correction on top.
+
+The cascade follows the paper: a multiclass LightGBM router sends each row to one of K
+specialists, each trained on one range of log throughput widened by an overlap on both sides,
+so a routing mistake near a boundary lands on a specialist that has seen such rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+
+from leap.errors import ArtifactError, ModelError
+
+
+@dataclass(frozen=True)
+class GBMParams:
+    """LightGBM settings for one regressor (documented defaults, tuned for speed on 2 cores)."""
+
+    num_leaves: int = 127
+    learning_rate: float = 0.08
+    max_rounds: int = 600
+    min_data_in_leaf: int = 40
+    feature_fraction: float = 0.8
+    bagging_fraction: float = 0.7
+    max_bin: int = 127
+    objective: str = "quantile"  # median; "l2" is the mean ablation
+    early_stopping_rounds: int = 30
+    num_threads: int = 2
+    seed: int = 0
+
+    def lgb_params(self) -> dict[str, Any]:
+        p: dict[str, Any] = {
+            "objective": self.objective, "num_leaves": self.num_leaves,
+            "learning_rate": self.learning_rate, "min_data_in_leaf": self.min_data_in_leaf,
+            "feature_fraction": self.feature_fraction, "bagging_fraction": self.bagging_fraction,
+            "bagging_freq": 1, "max_bin": self.max_bin, "num_threads": self.num_threads,
+            "seed": self.seed, "deterministic": True, "force_row_wise": True, "verbosity": -1,
+            "cat_smooth": 10.0, "max_cat_to_onehot": 8,
+        }
+        if self.objective == "quantile":
+            p["alpha"] = 0.5
+        return p
+
+
+def _dataset(X: np.ndarray, y: np.ndarray, base: np.ndarray, names: list[str],
+             categorical: list[str], max_bin: int,
+             reference: lgb.Dataset | None = None) -> lgb.Dataset:
+    return lgb.Dataset(X, label=y, init_score=base, feature_name=names,
+                       categorical_feature=categorical, reference=reference,
+                       params={"max_bin": max_bin, "verbosity": -1},
+                       free_raw_data=False)
+
+
+def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
+           names: list[str], categorical: list[str],
+           val: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> lgb.Booster:
+    train_set = _dataset(X, y, base, names, categorical, params.max_bin)
+    valid_sets = []
+    callbacks: list[Callable[..., Any]] = []
+    if val is not None and len(val[1]) > 0:
+        valid_sets = [_dataset(val[0], val[1], val[2], names, categorical, params.max_bin,
+                               reference=train_set)]
+        callbacks = [lgb.early_stopping(params.early_stopping_rounds, verbose=False)]
+    return lgb.train(params.lgb_params(), train_set, num_boost_round=params.max_rounds,
+                     valid_sets=valid_sets, callbacks=callbacks)
+
+
+def _predict(booster: lgb.Booster, X: np.ndarray, base: np.ndarray) -> np.ndarray:
+    it = booster.best_iteration if booster.best_iteration > 0 else None
+    return np.asarray(booster.predict(X, num_iteration=it), dtype=np.float64) + base
+
+
+class _Fitted:
+    def _check_fitted(self) -> None:
+        if not getattr(self, "fitted_", False):
+            raise ModelError(f"this {type(self).__name__} is not fitted yet; call fit() first")
+
+
+class GlobalModel(_Fitted):
+    """One LightGBM regressor for all rows (the ablation the cascade is compared with).
+
+    Examples
+    --------
+    >>> # m = GlobalModel().fit(X, y, base=b, feature_names=names, categorical=cats)
+    >>> # log_tp = m.predict(X_new, base=b_new)
+    """
+
+    kind = "global"
+
+    def __init__(self, *, params: GBMParams | None = None) -> None:
+        self.params = params or GBMParams()
+
+    def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
+            categorical: list[str],
+            val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> GlobalModel:
+        _check_xy(X, y)
+        self.booster_ = _train(self.params, X, y, base, feature_names, categorical, val)
+        self.feature_names_ = list(feature_names)
+        self.fitted_ = True
+        return self
+
+    def predict(self, X: np.ndarray, *, base: np.ndarray) -> np.ndarray:
+        """Predicted log throughput per row."""
+        self._check_fitted()
+        return _predict(self.booster_, X, base)
+
+    # Serialisation: LightGBM text models + JSON, never pickle.
+    def to_files(self) -> dict[str, str]:
+        self._check_fitted()
+        meta = {"kind": self.kind, "params": asdict(self.params),
+                "feature_names": self.feature_names_}
+        return {"model.json": json.dumps(meta, indent=2),
+                "global.txt": self.booster_.model_to_string()}
+
+    @classmethod
+    def from_files(cls, files: dict[str, str]) -> GlobalModel:
+        meta = json.loads(files["model.json"])
+        m = cls(params=GBMParams(**meta["params"]))
+        m.booster_ = lgb.Booster(model_str=files["global.txt"])
+        m.feature_names_ = meta["feature_names"]
+        m.fitted_ = True
+        return m
+
+
+class CascadeModel(_Fitted):
+    """A router and K median specialists over ranges of log throughput (default K = 13).
+
+    Parameters
+    ----------
+    n_specialists : int
+        K, the number of log-throughput ranges (equal-frequency bins of the training target).
+    overlap : float
+        How far each specialist's training range reaches into its neighbours, as a fraction
+        of the neighbouring bin's width (0.5 = half of each neighbour).
+    router_max_rows : int
+        The router is trained on at most this many rows (uniform sample): it only has to
+        find the range, and multiclass rounds cost K trees each.
+    """
+
+    kind = "cascade"
+
+    def __init__(self, *, n_specialists: int = 13, overlap: float = 0.5,
+                 params: GBMParams | None = None, router_params: GBMParams | None = None,
+                 router_max_rows: int = 150_000) -> None:
+        if n_specialists < 2:
+            raise ModelError(f"n_specialists must be >= 2, got {n_specialists}")
+        self.n_specialists = n_specialists
+        self.overlap = overlap
+        self.params = params or GBMParams(num_leaves=63, max_rounds=400)
+        self.router_params = router_params or GBMParams(
+            num_leaves=31, learning_rate=0.15, max_rounds=80, min_data_in_leaf=100,
+            objective="multiclass", early_stopping_rounds=10)
+        self.router_max_rows = router_max_rows
+
+    def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
+            categorical: list[str],
+            val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> CascadeModel:
+        _check_xy(X, y)
+        k = self.n_specialists
+        qs = np.quantile(y, np.linspace(0, 1, k + 1))
+        edges = np.unique(qs[1:-1])
+        if len(edges) < k - 1:
+            raise ModelError(f"the training target has too few distinct values for {k} "
+                             "specialists; use fewer")
+        self.edges_ = edges
+        label = np.searchsorted(edges, y, side="right")
+
+        rng = np.random.default_rng(self.router_params.seed)
+        rows = (np.sort(rng.choice(len(y), self.router_max_rows, replace=False))
+                if len(y) > self.router_max_rows else np.arange(len(y)))
+        rp = self.router_params.lgb_params() | {"num_class": k, "objective": "multiclass"}
+        rp.pop("alpha", None)
+        # The router sees the base margin as a feature (it is hist_est / the physics estimate).
+        train_set = lgb.Dataset(X[rows], label=label[rows], feature_name=feature_names,
+                                categorical_feature=categorical, free_raw_data=False,
+                                params={"max_bin": self.router_params.max_bin, "verbosity": -1})
+        valid: list[lgb.Dataset] = []
+        callbacks: list[Callable[..., Any]] = []
+        if val is not None and len(val[1]) > 0:
+            vl = np.searchsorted(edges, val[1], side="right")
+            valid = [lgb.Dataset(val[0], label=vl, reference=train_set,
+                                 feature_name=feature_names, categorical_feature=categorical)]
+            callbacks = [lgb.early_stopping(self.router_params.early_stopping_rounds,
+                                            verbose=False)]
+        self.router_ = lgb.train(rp, train_set, num_boost_round=self.router_params.max_rounds,
+                                 valid_sets=valid, callbacks=callbacks)
+
+        lo_all = np.concatenate([[y.min()], edges])
+        hi_all = np.concatenate([edges, [y.max()]])
+        widths = hi_all - lo_all
+        self.specialists_: list[lgb.Booster] = []
+        self.ranges_: list[tuple[float, float]] = []
+        for j in range(k):
+            lo = lo_all[j] - (self.overlap * widths[j - 1] if j > 0 else np.inf)
+            hi = hi_all[j] + (self.overlap * widths[j + 1] if j < k - 1 else np.inf)
+            m = (y >= lo) & (y <= hi)
+            v = None
+            if val is not None and len(val[1]) > 0:
+                vm = (val[1] >= lo) & (val[1] <= hi)
+                v = (val[0][vm], val[1][vm], val[2][vm])
+            self.specialists_.append(_train(self.params, X[m], y[m], base[m], feature_names,
+                                            categorical, v))
+            self.ranges_.append((float(lo), float(hi)))
+        self.feature_names_ = list(feature_names)
+        self.fitted_ = True
+        return self
+
+    def route(self, X: np.ndarray) -> np.ndarray:
+        """The specialist index chosen for each row."""
+        self._check_fitted()
+        it = self.router_.best_iteration if self.router_.best_iteration > 0 else None
+        proba = np.asarray(self.router_.predict(X, num_iteration=it))
+        return np.argmax(proba.reshape(len(X), -1), axis=1)
+
+    def predict(self, X: np.ndarray, *, base: np.ndarray) -> np.ndarray:
+        """Predicted log throughput per row (each row scored by its routed specialist)."""
+        self._check_fitted()
+        out = np.empty(len(X), dtype=np.float64)
+        if len(X) == 0:
+            return out
+        routes = self.route(X)
+        for j in np.unique(routes):
+            m = routes == j
+            out[m] = _predict(self.specialists_[j], X[m], base[m])
+        return out
+
+    def to_files(self) -> dict[str, str]:
+        self._check_fitted()
+        meta = {"kind": self.kind, "n_specialists": self.n_specialists, "overlap": self.overlap,
+                "params": asdict(self.params), "router_params": asdict(self.router_params),
+                "router_max_rows": self.router_max_rows, "edges": self.edges_.tolist(),
+                "ranges": self.ranges_, "feature_names": self.feature_names_}
+        files = {"model.json": json.dumps(meta, indent=2),
+                 "router.txt": self.router_.model_to_string()}
+        for j, b in enumerate(self.specialists_):
+            files[f"specialist_{j:02d}.txt"] = b.model_to_string()
+        return files
+
+    @classmethod
+    def from_files(cls, files: dict[str, str]) -> CascadeModel:
+        meta = json.loads(files["model.json"])
+        m = cls(n_specialists=meta["n_specialists"], overlap=meta["overlap"],
+                params=GBMParams(**meta["params"]),
+                router_params=GBMParams(**meta["router_params"]),
+                router_max_rows=meta["router_max_rows"])
+        m.edges_ = np.asarray(meta["edges"])
+        m.ranges_ = [tuple(r) for r in meta["ranges"]]
+        m.router_ = lgb.Booster(model_str=files["router.txt"])
+        m.specialists_ = [lgb.Booster(model_str=files[f"specialist_{j:02d}.txt"])
+                          for j in range(m.n_specialists)]
+        m.feature_names_ = meta["feature_names"]
+        m.fitted_ = True
+        return m
+
+
+Model = GlobalModel | CascadeModel
+
+
+def model_from_files(files: dict[str, str]) -> Model:
+    """Rebuild a fitted model from the text files :meth:`to_files` wrote."""
+    try:
+        kind = json.loads(files["model.json"])["kind"]
+        if kind == "cascade":
+            return CascadeModel.from_files(files)
+        if kind == "global":
+            return GlobalModel.from_files(files)
+    except (KeyError, ValueError, TypeError, lgb.basic.LightGBMError) as exc:
+        raise ArtifactError(f"model files are unreadable: {exc}") from None
+    raise ArtifactError(f"unknown model kind {kind!r} in model.json")
+
+
+def _check_xy(X: np.ndarray, y: np.ndarray) -> None:
+    if len(X) != len(y):
+        raise ModelError(f"X has {len(X)} rows but y has {len(y)}")
+    if len(y) < 50:
+        raise ModelError(f"only {len(y)} training rows; need at least 50 succeeded attempts")
+    if not np.all(np.isfinite(y)):
+        raise ModelError("the training target contains non-finite values")

@@ -1,0 +1,66 @@
+"""Batch prediction: score a file of jobs with a published artifact (``leap predict``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from leap.errors import DataError
+from leap.features.encode import REQUEST_COLUMNS, jobs_frame
+from leap.model.artifact import Artifact
+
+
+def read_jobs(path: Path) -> pd.DataFrame:
+    """Read job rows from CSV, Parquet or JSON Lines (by suffix) as typed job columns."""
+    suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
+    try:
+        if suffix in (".csv", ".csv.gz"):
+            table = pacsv.read_csv(path)
+        elif suffix in (".parquet", ".pq"):
+            table = pq.read_table(path)
+        elif suffix in (".jsonl", ".ndjson", ".json"):
+            table = pajson.read_json(path)
+        else:
+            raise DataError(f"{path}: unknown job file format '{suffix}'; use .csv, .parquet "
+                            "or .jsonl")
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DataError(f"{path}: cannot read jobs: {exc}") from None
+    return jobs_frame(table.to_pylist())
+
+
+def expand_candidates(jobs: pd.DataFrame, candidates: list[str]) -> pd.DataFrame:
+    """One row per (job, candidate) for jobs without a ``hardware`` value; ``job`` = row number."""
+    jobs = jobs.reset_index(drop=True).assign(job=np.arange(len(jobs)))
+    has_hw = jobs["hardware"].notna() if "hardware" in jobs.columns else pd.Series(
+        False, index=jobs.index)
+    fixed = jobs[has_hw]
+    open_rows = jobs[~has_hw].drop(columns=["hardware"], errors="ignore")
+    crossed = open_rows.merge(pd.DataFrame({"hardware": candidates}), how="cross")
+    return pd.concat([fixed, crossed], ignore_index=True).sort_values(
+        ["job", "hardware"], kind="stable").reset_index(drop=True)
+
+
+def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
+                  candidates: list[str] | None = None) -> pd.DataFrame:
+    """Predicted samples/s for every (job, hardware) row; unknown hardware is an error."""
+    names = artifact.catalog.resolve(candidates)
+    rows = expand_candidates(jobs, names)
+    missing = [c for c in REQUEST_COLUMNS if c not in rows.columns]
+    if missing:
+        raise DataError(f"jobs lack required column(s): {', '.join(missing)}")
+    for hw in rows["hardware"].unique():
+        artifact.catalog[str(hw)]  # raises with a did-you-mean
+    pred = artifact.predict(rows)
+    keep = ["job", "family_id", "model_type", "trainer_count", "batch_size", "hardware"]
+    return rows[keep].assign(predicted_throughput=pred)
+
+
+def predict_file(artifact: Artifact, path: Path,
+                 candidates: list[str] | None = None) -> pd.DataFrame:
+    return predict_frame(artifact, read_jobs(path), candidates)
