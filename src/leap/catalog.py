@@ -117,6 +117,10 @@ class Catalog(Mapping[str, Hardware]):
                 f"unknown hardware '{name}'{did_you_mean(name, self._by_name)}"
             ) from None
 
+    def __contains__(self, name: object) -> bool:
+        # Mapping's default goes through __getitem__, whose CatalogError is not a KeyError.
+        return name in self._by_name
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_name)
 

@@ -25,6 +25,8 @@ from leap.errors import ArtifactError
 from leap.features.physics import estimates
 
 KEY_SEP = "\x1f"
+#: Days that count as "recent" for the ``*_last_*`` statistics.
+RECENT_DAYS = 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ LEVELS: tuple[Level, ...] = (
     Level("mt", ("model_type",), ("r",)),
 )
 
+_STRING_KEYS = ("family_id", "model_type", "hardware", "vendor")
 HISTORY_COLUMNS = ("family_id", "model_type", "hardware", "vendor", "trainer_count",
                    "submitted_at", "y", "r")
 
@@ -168,7 +171,13 @@ class HistoryBuilder:
         self.lookback_days = lookback_days
         self._con = duckdb.connect()
         self._con.execute("SET threads TO 2")
-        frame = history[list(HISTORY_COLUMNS)]
+        frame = history[list(HISTORY_COLUMNS)].copy()
+        # Group on integer codes (several times faster than strings); decoded per snapshot.
+        self._labels: dict[str, np.ndarray] = {}
+        for col in _STRING_KEYS:
+            codes, labels = pd.factorize(frame[col], sort=True)
+            frame[col] = codes.astype(np.int32)
+            self._labels[col] = np.asarray(labels, dtype=object)
         self._con.register("hist_src", frame)
         self._con.execute("CREATE TABLE hist AS SELECT * FROM hist_src ORDER BY submitted_at")
         self._con.unregister("hist_src")
@@ -182,27 +191,28 @@ class HistoryBuilder:
             raise ValueError("as_of must be timezone-aware (UTC)")
         as_of = as_of.astimezone(UTC)
         start = as_of - timedelta(days=self.lookback_days)
-        self._con.execute(
-            "CREATE OR REPLACE TEMP TABLE h AS SELECT * FROM hist "
-            "WHERE submitted_at >= ? AND submitted_at < ?", [start, as_of])
-        tables = {lv.name: self._level(lv, as_of) for lv in LEVELS}
+        tables = {lv.name: self._level(lv, start, as_of) for lv in LEVELS}
         return Snapshot(as_of, self.lookback_days, tables)
 
-    def _level(self, level: Level, as_of: datetime) -> pd.DataFrame:
+    def _level(self, level: Level, start: datetime, as_of: datetime) -> pd.DataFrame:
         keys = ", ".join(level.keys)
-        join = " AND ".join(f"h.{k} = l.{k}" for k in level.keys)
+        recent = as_of - timedelta(days=RECENT_DAYS)
         aggs = [f"count(*)::DOUBLE AS {level.name}_n",
-                f"date_diff('second', max(h.submitted_at), ?::TIMESTAMPTZ) / 86400.0 "
+                f"date_diff('second', max(submitted_at), $as_of) / 86400.0 "
                 f"AS {level.name}_days_since"]
         for v in level.values:
-            aggs.append(f"median(h.{v}) AS {level.name}_med_{v}")
-            # The latest day of a key's history: it catches step changes the 30-day median lags.
-            aggs.append(f"median(h.{v}) FILTER (WHERE h.submitted_at >= l.t_last - "
-                        f"INTERVAL 1 DAY) AS {level.name}_last_{v}")
+            aggs.append(f"median({v}) AS {level.name}_med_{v}")
+            # The most recent days alone: they catch step changes the long median lags.
+            aggs.append(f"median({v}) FILTER (WHERE submitted_at >= $recent) "
+                        f"AS {level.name}_last_{v}")
         v0 = level.values[0]
-        aggs.append(f"coalesce(stddev_samp(h.{v0}), 0.0) AS {level.name}_sd_{v0}")
-        sql = (f"WITH l AS (SELECT {keys}, max(submitted_at) AS t_last FROM h GROUP BY {keys}) "
-               f"SELECT {', '.join('h.' + k for k in level.keys)}, {', '.join(aggs)} "
-               f"FROM h JOIN l ON {join} GROUP BY {', '.join('h.' + k for k in level.keys)} "
-               f"ORDER BY {', '.join('h.' + k for k in level.keys)}")
-        return self._con.execute(sql, [as_of]).df()
+        aggs.append(f"coalesce(stddev_samp({v0}), 0.0) AS {level.name}_sd_{v0}")
+        sql = (f"SELECT {keys}, {', '.join(aggs)} FROM hist "
+               f"WHERE submitted_at >= $start AND submitted_at < $as_of "
+               f"GROUP BY {keys} ORDER BY {keys}")
+        table = self._con.execute(sql, {"start": start, "as_of": as_of,
+                                        "recent": recent}).df()
+        for col in level.keys:
+            if col in self._labels:
+                table[col] = self._labels[col][table[col].to_numpy()]
+        return table

@@ -1,0 +1,192 @@
+"""`leap ingest`, `leap stats`, `leap quarantine`: put attempts in the store and look at them."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from leap.catalog import Catalog
+from leap.cli import app, console, err_console, guarded, print_json, workspace
+from leap.data.ingest import IngestReport, check_files, store_checked
+from leap.data.schema import ALL_COLUMNS
+from leap.data.store import Store
+from leap.errors import did_you_mean
+
+
+def _totals(reports: list[IngestReport]) -> dict[str, Any]:
+    reasons: Counter[str] = Counter()
+    for r in reports:
+        reasons.update(r.reasons)
+    return {
+        "rows_read": sum(r.rows_read for r in reports),
+        "added": sum(r.added for r in reports),
+        "already_stored": sum(r.already_stored for r in reports),
+        "quarantined": sum(r.quarantined for r in reports),
+        "reasons": dict(reasons.most_common()),
+    }
+
+
+_INGEST_HELP = (
+    "Validate attempt files and add them to the store, all files as one atomic batch.\n\n"
+    "Invalid rows go to the quarantine table with their reason (see `leap quarantine`); "
+    "attempts already stored are skipped, so ingesting a file twice adds nothing. An "
+    "unreadable file or a missing required column stops everything and writes nothing.")
+
+
+@app.command(help=_INGEST_HELP,
+             epilog="Example:  leap --home ./fleet ingest attempts-2024-05-*.csv day.parquet")
+@guarded
+def ingest(
+    ctx: typer.Context,
+    files: list[Path] = typer.Argument(
+        ..., help="CSV (.csv, .csv.gz), Parquet (.parquet, .pq) or JSON Lines (.jsonl, "
+        ".ndjson) files of attempts, in the schema of the spec.", show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Validate attempt files and add them to the store as one atomic batch."""
+    ws = workspace(ctx)
+    catalog = Catalog.load(ws.catalog_path)
+    with err_console.status("reading", spinner="dots") as status:
+
+        def progress(msg: str) -> None:
+            status.update(msg)
+
+        # Read and validate first: a bad file must not even create the store.
+        checked = check_files(files, catalog, progress)
+        with Store(ws.ensure().store_path) as store:
+            reports = store_checked(store, checked, progress)
+            stored = store.count()
+    totals = _totals(reports)
+    if as_json:
+        print_json({"store": str(ws.store_path), "files": [r.to_dict() for r in reports],
+                    "total": totals, "attempts_in_store": stored})
+        return
+
+    table = Table(title="leap ingest", title_justify="left")
+    table.add_column("file")
+    for name in ("rows read", "added", "already stored", "quarantined"):
+        table.add_column(name, justify="right")
+    for r in reports:
+        table.add_row(Path(r.source).name, f"{r.rows_read:,}", f"{r.added:,}",
+                      f"{r.already_stored:,}",
+                      f"[red]{r.quarantined:,}[/]" if r.quarantined else "0")
+    if len(reports) > 1:
+        table.add_row("[bold]total[/]", *(f"[bold]{totals[k]:,}[/]" for k in
+                      ("rows_read", "added", "already_stored", "quarantined")))
+    console.print(table)
+    if totals["reasons"]:
+        why = Table(title="quarantine reasons (top 10)", title_justify="left")
+        why.add_column("rows", justify="right")
+        why.add_column("reason")
+        for reason, n in list(totals["reasons"].items())[:10]:
+            why.add_row(f"{n:,}", reason)
+        console.print(why)
+        console.print("[dim]see the rows with: leap quarantine[/]")
+    for r in reports:
+        if r.unknown_columns:
+            named = ", ".join(_unknown(c) for c in r.unknown_columns)
+            console.print(f"[yellow]ignored unknown column(s) in {Path(r.source).name}:[/] "
+                          f"{named}", highlight=False)
+    console.print(f"store {ws.store_path} now holds {stored:,} attempts", highlight=False)
+
+
+@app.command(epilog="Example:  leap --home ./fleet stats --json | jq .per_status")
+@guarded
+def stats(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    days: int = typer.Option(14, "--days", min=0, help="Show this many most recent days."),
+) -> None:
+    """Summarise the store: dates, attempts per day, hardware, status, families, quarantine."""
+    ws = workspace(ctx)
+    with Store(ws.store_path, read_only=True) as store:
+        s = store.stats()
+    if as_json:
+        print_json(s)
+        return
+    overview = Table(title=f"attempt store {s['path']}", title_justify="left",
+                     show_header=False)
+    overview.add_column("what")
+    overview.add_column("value", justify="right")
+    per_day = [d["attempts"] for d in s["per_day"]]
+    rows: list[tuple[str, str]] = [
+        ("attempts", f"{s['attempts']:,}"),
+        ("first submitted", str(s["first_submitted_at"] or "-")),
+        ("last submitted", str(s["last_submitted_at"] or "-")),
+        ("days with attempts", f"{s['days']:,}"),
+        ("attempts per day (min / median / max)",
+         " / ".join(f"{v:,.0f}" for v in _min_med_max(per_day)) if per_day else "-"),
+        ("job families", f"{s['families']:,}"),
+        ("model types", f"{s['model_types']:,}"),
+        ("quarantined rows", f"{s['quarantined']:,}"),
+        ("ingest batches", f"{s['batches']:,}"),
+    ]
+    for k, v in rows:
+        overview.add_row(k, v)
+    console.print(overview)
+    console.print(_counts("status", s["per_status"], s["attempts"]))
+    console.print(_counts("hardware", s["per_hardware"], s["attempts"]))
+    if per_day and days:
+        recent = Table(title=f"last {min(days, len(per_day))} days", title_justify="left")
+        recent.add_column("date (UTC)")
+        recent.add_column("attempts", justify="right")
+        for d in s["per_day"][-days:]:
+            recent.add_row(d["date"], f"{d['attempts']:,}")
+        console.print(recent)
+    if s["quarantine_reasons"]:
+        console.print(_counts("quarantine reason", s["quarantine_reasons"], s["quarantined"]))
+
+
+def _unknown(column: str) -> str:
+    hint = did_you_mean(column, ALL_COLUMNS).removeprefix("; ")
+    return f"'{column}' ({hint})" if hint else f"'{column}'"
+
+
+def _min_med_max(values: list[int]) -> tuple[float, float, float]:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    med = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return float(ordered[0]), float(med), float(ordered[-1])
+
+
+def _counts(what: str, counts: dict[str, int], total: int) -> Table:
+    t = Table(title=f"per {what}", title_justify="left")
+    t.add_column(what)
+    t.add_column("rows", justify="right")
+    t.add_column("share", justify="right")
+    for k, n in counts.items():
+        t.add_row(k, f"{n:,}", f"{n / total:.1%}" if total else "-")
+    return t
+
+
+@app.command(epilog="Example:  leap quarantine --limit 50 --json")
+@guarded
+def quarantine(
+    ctx: typer.Context,
+    limit: int = typer.Option(20, "--limit", min=1, help="Show at most this many rows."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+) -> None:
+    """Show quarantined rows (newest batch first): file, row, reason and original values.
+
+    The row number counts data records from 1 (a CSV header is not counted).
+    """
+    ws = workspace(ctx)
+    with Store(ws.store_path, read_only=True) as store:
+        rows = store.quarantined(limit=limit).to_pylist()
+        total = store.quarantine_count()
+    if as_json:
+        print_json({"total": total, "rows": [
+            {**r, "record": json.loads(r["record"]) if r["record"] else None} for r in rows]})
+        return
+    t = Table(title=f"quarantine: {len(rows):,} of {total:,} rows", title_justify="left")
+    for name in ("batch", "file", "row", "reason", "values"):
+        t.add_column(name, overflow="fold")
+    for r in rows:
+        t.add_row(str(r["batch_id"]), Path(r["source"] or "-").name,
+                  str(r["row_number"] or "-"), r["reason"], r["record"] or "")
+    console.print(t)
