@@ -34,15 +34,21 @@ def _pct(x: Any) -> str:
 
 
 def _oracle_ceiling(store: Any, day_rows: Any) -> float | None:
-    """The simulator's ceiling on the held-out day, when the store was simulated."""
+    """The simulator's ceiling on the held-out day: truth within ±20% of the measured value.
+
+    Only for a simulated store (the oracle is evaluation-only); None for real data.
+    """
+    from leap.errors import LeapError
+    from leap.metrics import accuracy
+    from leap.sim.fleet import Fleet
+
     try:
-        from leap.sim.oracle import oracle_ceiling
-    except ImportError:
+        fleet = Fleet.from_store(store)
+    except LeapError:
         return None
-    try:
-        return oracle_ceiling(store, day_rows)
-    except Exception:
-        return None
+    truth = fleet.true_throughput(day_rows, day_rows["hardware"].to_numpy(),
+                                  day_rows["submitted_at"].to_numpy())
+    return accuracy(truth, day_rows["throughput"].to_numpy(dtype=float))
 
 
 @app.command(epilog="Example: leap --home /tmp/x train --as-of 2026-01-31 --window-days 30")

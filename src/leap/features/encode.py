@@ -196,7 +196,7 @@ def encode(jobs: pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
         level_used[take] = rank
     cols["has_family_history"] = np.isfinite(cols["fam_n"]).astype(np.float64)
     cols["hist_level"] = level_used
-    cols["hist_est"] = phys["log_phys_sps"] + best
+    cols["hist_est"] = np.nan_to_num(phys["log_phys_sps"], nan=0.0) + best
     return np.column_stack([cols[n] for n in spec.names]) if len(jobs) else np.empty(
         (0, len(spec.names)))
 

@@ -34,7 +34,8 @@ class Level:
     """One grouping of history: its key columns and the values it summarises.
 
     ``y`` is log throughput; ``r`` is the residual of log throughput over the physics
-    estimate (``log_phys_sps``), which transfers across hardware and job shapes.
+    estimate (``log_phys_sps``, taken as 0 where the job lacks the columns it needs), which
+    transfers across hardware and job shapes.
     """
 
     name: str
@@ -94,7 +95,9 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         "trainer_count": ok["trainer_count"].astype(np.int64),
         "submitted_at": ok["submitted_at"],
         "y": y,
-        "r": np.where(np.isfinite(phys), y - phys, np.nan),
+        # Without a physics estimate (no FLOPs or parameter counts) the residual is the log
+        # throughput itself: history still carries each family's level.
+        "r": y - np.nan_to_num(phys, nan=0.0),
     })
 
 

@@ -48,7 +48,7 @@ class Artifact:
     """A loaded model with everything serving needs; :meth:`predict_log` is the one entry."""
 
     version: str
-    path: Path
+    path: Path | None
     manifest: dict[str, Any]
     model: Model
     snapshot: Snapshot

@@ -63,16 +63,24 @@ def _dataset(X: np.ndarray, y: np.ndarray, base: np.ndarray, names: list[str],
 
 def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
            names: list[str], categorical: list[str],
-           val: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> lgb.Booster:
-    train_set = _dataset(X, y, base, names, categorical, params.max_bin)
+           val: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> tuple[lgb.Booster, float]:
+    """Fit one booster from ``base + offset``; returns it and the offset.
+
+    The offset (median residual of the base) plays the role of LightGBM's boost-from-average,
+    which it skips when given an init score: without it, a base far from every label gives
+    all rows the same quantile gradient, no split gains anything, and boosting stops at once.
+    """
+    offset = float(np.median(y - base))
+    train_set = _dataset(X, y, base + offset, names, categorical, params.max_bin)
     valid_sets = []
     callbacks: list[Callable[..., Any]] = []
     if val is not None and len(val[1]) > 0:
-        valid_sets = [_dataset(val[0], val[1], val[2], names, categorical, params.max_bin,
-                               reference=train_set)]
+        valid_sets = [_dataset(val[0], val[1], val[2] + offset, names, categorical,
+                               params.max_bin, reference=train_set)]
         callbacks = [lgb.early_stopping(params.early_stopping_rounds, verbose=False)]
-    return lgb.train(params.lgb_params(), train_set, num_boost_round=params.max_rounds,
-                     valid_sets=valid_sets, callbacks=callbacks)
+    booster = lgb.train(params.lgb_params(), train_set, num_boost_round=params.max_rounds,
+                        valid_sets=valid_sets, callbacks=callbacks)
+    return booster, offset
 
 
 def _predict(booster: lgb.Booster, X: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -104,7 +112,8 @@ class GlobalModel(_Fitted):
             categorical: list[str],
             val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> GlobalModel:
         _check_xy(X, y)
-        self.booster_ = _train(self.params, X, y, base, feature_names, categorical, val)
+        self.booster_, self.offset_ = _train(self.params, X, y, base, feature_names,
+                                             categorical, val)
         self.feature_names_ = list(feature_names)
         self.fitted_ = True
         return self
@@ -112,12 +121,12 @@ class GlobalModel(_Fitted):
     def predict(self, X: np.ndarray, *, base: np.ndarray) -> np.ndarray:
         """Predicted log throughput per row."""
         self._check_fitted()
-        return _predict(self.booster_, X, base)
+        return _predict(self.booster_, X, base + self.offset_)
 
     # Serialisation: LightGBM text models + JSON, never pickle.
     def to_files(self) -> dict[str, str]:
         self._check_fitted()
-        meta = {"kind": self.kind, "params": asdict(self.params),
+        meta = {"kind": self.kind, "params": asdict(self.params), "offset": self.offset_,
                 "feature_names": self.feature_names_}
         return {"model.json": json.dumps(meta, indent=2),
                 "global.txt": self.booster_.model_to_string()}
@@ -127,6 +136,7 @@ class GlobalModel(_Fitted):
         meta = json.loads(files["model.json"])
         m = cls(params=GBMParams(**meta["params"]))
         m.booster_ = lgb.Booster(model_str=files["global.txt"])
+        m.offset_ = float(meta["offset"])
         m.feature_names_ = meta["feature_names"]
         m.fitted_ = True
         return m
@@ -199,6 +209,7 @@ class CascadeModel(_Fitted):
         hi_all = np.concatenate([edges, [y.max()]])
         widths = hi_all - lo_all
         self.specialists_: list[lgb.Booster] = []
+        self.offsets_: list[float] = []
         self.ranges_: list[tuple[float, float]] = []
         for j in range(k):
             lo = lo_all[j] - (self.overlap * widths[j - 1] if j > 0 else np.inf)
@@ -208,8 +219,10 @@ class CascadeModel(_Fitted):
             if val is not None and len(val[1]) > 0:
                 vm = (val[1] >= lo) & (val[1] <= hi)
                 v = (val[0][vm], val[1][vm], val[2][vm])
-            self.specialists_.append(_train(self.params, X[m], y[m], base[m], feature_names,
-                                            categorical, v))
+            booster, offset = _train(self.params, X[m], y[m], base[m], feature_names,
+                                     categorical, v)
+            self.specialists_.append(booster)
+            self.offsets_.append(offset)
             self.ranges_.append((float(lo), float(hi)))
         self.feature_names_ = list(feature_names)
         self.fitted_ = True
@@ -231,7 +244,7 @@ class CascadeModel(_Fitted):
         routes = self.route(X)
         for j in np.unique(routes):
             m = routes == j
-            out[m] = _predict(self.specialists_[j], X[m], base[m])
+            out[m] = _predict(self.specialists_[j], X[m], base[m] + self.offsets_[j])
         return out
 
     def to_files(self) -> dict[str, str]:
@@ -239,7 +252,8 @@ class CascadeModel(_Fitted):
         meta = {"kind": self.kind, "n_specialists": self.n_specialists, "overlap": self.overlap,
                 "params": asdict(self.params), "router_params": asdict(self.router_params),
                 "router_max_rows": self.router_max_rows, "edges": self.edges_.tolist(),
-                "ranges": self.ranges_, "feature_names": self.feature_names_}
+                "ranges": self.ranges_, "offsets": self.offsets_,
+                "feature_names": self.feature_names_}
         files = {"model.json": json.dumps(meta, indent=2),
                  "router.txt": self.router_.model_to_string()}
         for j, b in enumerate(self.specialists_):
@@ -255,6 +269,7 @@ class CascadeModel(_Fitted):
                 router_max_rows=meta["router_max_rows"])
         m.edges_ = np.asarray(meta["edges"])
         m.ranges_ = [tuple(r) for r in meta["ranges"]]
+        m.offsets_ = [float(o) for o in meta["offsets"]]
         m.router_ = lgb.Booster(model_str=files["router.txt"])
         m.specialists_ = [lgb.Booster(model_str=files[f"specialist_{j:02d}.txt"])
                           for j in range(m.n_specialists)]

@@ -222,11 +222,66 @@ def _gpu_hours(jobs: pd.DataFrame) -> np.ndarray | None:
     return jobs["duration_hours"].fillna(0).to_numpy(dtype=np.float64) * devices
 
 
-def family_seen(X: np.ndarray, spec: FeatureSpec, snapshot: Snapshot,
-                jobs: pd.DataFrame) -> np.ndarray:
+def family_seen(snapshot: Snapshot, jobs: pd.DataFrame) -> np.ndarray:
     """Whether each job's family has any history in ``snapshot``."""
     fam = next(lv for lv in LEVELS if lv.name == "fam")
     return np.isfinite(snapshot.lookup(jobs, fam)[:, 0])
+
+
+@dataclass
+class WindowModel:
+    """A model trained on one window, in memory, with its held-out evaluation.
+
+    ``artifact`` is unpublished (no path) but predicts exactly as the published one would;
+    backtests and experiments use it without touching the registry.
+    """
+
+    as_of: datetime
+    cfg: TrainConfig
+    artifact: Artifact
+    metrics: dict[str, Any]
+    timings: dict[str, float]
+    eval_jobs: pd.DataFrame
+    eval_pred_log: np.ndarray
+
+
+def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
+                 cfg: TrainConfig | None = None,
+                 progress: Progress | None = None) -> WindowModel:
+    """Train on the ``cfg.window_days`` days of ``attempts`` before ``as_of``; evaluate on its day.
+
+    ``attempts`` must reach back ``window_days + lookback_days`` before ``as_of`` for full
+    history (see :func:`load_attempts`); later attempts are used only for evaluation.
+    """
+    cfg = cfg or TrainConfig()
+    as_of = day_start(as_of)
+    ts = build_training_set(attempts, catalog, as_of, cfg, progress)
+    timings = dict(ts.timings)
+    if progress:
+        progress("fit", 0, 1)
+    t0 = time.perf_counter()
+    model = fit_model(ts, cfg)
+    timings["fit_s"] = time.perf_counter() - t0
+    if progress:
+        progress("fit", 1, 1)
+    window = {"start": (as_of - timedelta(days=cfg.window_days)).isoformat(),
+              "end": as_of.isoformat()}
+    result_metrics: dict[str, Any] = {"train_rows": len(ts.y), "window": window}
+    manifest = {"version": "unpublished", "as_of": as_of.isoformat(),
+                "window_start": window["start"], "window_end": window["end"],
+                "window_days": cfg.window_days, "lookback_days": cfg.lookback_days,
+                "train_config": asdict(cfg), "fallback_log_throughput": ts.fallback_log_tp,
+                "model_kind": model.kind}
+    artifact = Artifact(version="unpublished", path=None, manifest=manifest, model=model,
+                        snapshot=ts.serving_snapshot, spec=ts.spec, catalog=catalog)
+    pred = np.empty(0)
+    if len(ts.eval_jobs):
+        pred = model.predict(ts.eval_X, base=base_margin(ts.eval_X, ts.spec, ts.fallback_log_tp))
+        seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
+        result_metrics["held_out"] = {"day": as_of.date().isoformat(),
+                                      **evaluate(pred, ts.eval_jobs, seen)}
+    manifest["metrics"] = result_metrics
+    return WindowModel(as_of, cfg, artifact, result_metrics, timings, ts.eval_jobs, pred)
 
 
 def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
@@ -261,36 +316,17 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     as_of = day_start(as_of) if as_of is not None else default_as_of(store)
     t_start = time.perf_counter()
     t0 = time.perf_counter()
-    lookback_start = as_of - timedelta(days=cfg.window_days + cfg.lookback_days)
-    attempts = load_attempts(store, lookback_start, as_of + timedelta(days=1))
-    timings = {"load_s": time.perf_counter() - t0}
-    ts = build_training_set(attempts, catalog, as_of, cfg, progress)
-    timings.update(ts.timings)
-    if progress:
-        progress("fit", 0, 1)
-    t0 = time.perf_counter()
-    model = fit_model(ts, cfg)
-    timings["fit_s"] = time.perf_counter() - t0
-    if progress:
-        progress("fit", 1, 1)
-
-    result_metrics: dict[str, Any] = {
-        "train_rows": len(ts.y),
-        "window": {"start": (as_of - timedelta(days=cfg.window_days)).isoformat(),
-                   "end": as_of.isoformat()},
-    }
-    new_acc: float | None = None
-    if len(ts.eval_jobs):
-        pred = model.predict(ts.eval_X, base=base_margin(ts.eval_X, ts.spec, ts.fallback_log_tp))
-        seen = family_seen(ts.eval_X, ts.spec, ts.serving_snapshot, ts.eval_jobs)
-        result_metrics["held_out"] = {"day": as_of.date().isoformat(),
-                                      **evaluate(pred, ts.eval_jobs, seen)}
-        new_acc = float(result_metrics["held_out"]["accuracy"])
-
-    gate = _quality_gate(registry, ts.eval_jobs, new_acc, cfg.quality_margin)
+    attempts = load_attempts(store, as_of - timedelta(days=cfg.window_days + cfg.lookback_days),
+                             as_of + timedelta(days=1))
+    load_s = time.perf_counter() - t0
+    wm = train_window(attempts, catalog, as_of, cfg, progress)
+    timings = {"load_s": load_s, **wm.timings}
+    held = wm.metrics.get("held_out")
+    new_acc = float(held["accuracy"]) if held else None
+    gate = _quality_gate(registry, wm.eval_jobs, new_acc, cfg.quality_margin)
     timings["total_s"] = time.perf_counter() - t_start
     if not publish:
-        return TrainResult(None, False, as_of, result_metrics, timings, gate)
+        return TrainResult(None, False, as_of, wm.metrics, timings, gate, wm.artifact)
     if not gate["passed"] and not force:
         raise QualityGateError(
             f"refusing to publish: held-out accuracy {new_acc:.3f} is more than "
@@ -300,20 +336,17 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
 
     version = registry.new_version(as_of)
     staged = registry.staging_dir(version)
-    info = {"version": version, "as_of": as_of.isoformat(),
-            "window_start": result_metrics["window"]["start"], "window_end": as_of.isoformat(),
-            "window_days": cfg.window_days, "lookback_days": cfg.lookback_days,
-            "train_config": asdict(cfg), "metrics": result_metrics,
-            "fallback_log_throughput": ts.fallback_log_tp, "quality_gate": gate}
+    info = {**wm.artifact.manifest, "version": version, "quality_gate": gate}
+    info.pop("model_kind", None)
     try:
-        write_artifact(staged, model=model, snapshot=ts.serving_snapshot, spec=ts.spec,
-                       catalog=catalog, info=info)
+        write_artifact(staged, model=wm.artifact.model, snapshot=wm.artifact.snapshot,
+                       spec=wm.artifact.spec, catalog=catalog, info=info)
         registry.publish(staged, version)
     finally:
         if staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
     timings["total_s"] = time.perf_counter() - t_start
-    return TrainResult(version, True, as_of, result_metrics, timings, gate)
+    return TrainResult(version, True, as_of, wm.metrics, timings, gate)
 
 
 def _quality_gate(registry: Registry, eval_jobs: pd.DataFrame, new_acc: float | None,

@@ -1,0 +1,258 @@
+"""Predictor: point-in-time history, one feature path, cascade, artifact, gate, CLI."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import SMALL_AS_OF, small_train_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from leap.catalog import Catalog
+from leap.cli import _register, app
+from leap.config import Workspace
+from leap.data.store import Store
+from leap.errors import ArtifactError, ModelError, QualityGateError
+from leap.features.encode import FeatureSpec, encode, jobs_frame
+from leap.features.history import HistoryBuilder, prepare_history
+from leap.model.artifact import Registry, load_artifact, write_artifact
+from leap.model.cascade import CascadeModel, GBMParams, GlobalModel, model_from_files
+from leap.model.parity import check_parity
+from leap.model.train import build_training_set, load_attempts, train_nightly
+
+CAT = Catalog.default()
+runner = CliRunner()
+_register()
+
+
+@pytest.fixture(scope="module")
+def attempts(sim_workspace: Workspace) -> pd.DataFrame:
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        return load_attempts(store, datetime(2025, 12, 1, tzinfo=UTC),
+                             datetime(2026, 2, 1, tzinfo=UTC))
+
+
+# --- history: point in time -------------------------------------------------------------
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut_day=st.integers(min_value=3, max_value=11), extra_shift_h=st.floats(0, 200))
+def test_adding_later_attempts_changes_no_feature(attempts: pd.DataFrame, cut_day: int,
+                                                  extra_shift_h: float) -> None:
+    as_of = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=cut_day)
+    before = attempts[attempts["submitted_at"] < as_of]
+    # "Later" attempts: copies of real ones moved to at or after as_of, with wild outcomes.
+    later = before.sample(n=min(2000, len(before)), random_state=cut_day).copy()
+    later["submitted_at"] = as_of + pd.to_timedelta(extra_shift_h, unit="h")
+    later["attempt_id"] = later["attempt_id"] + "-later"
+    later["throughput"] = later["throughput"] * 50.0
+    jobs = before[before["status"] == "succeeded"].tail(300).reset_index(drop=True)
+    spec = FeatureSpec.fit(jobs, CAT)
+    x_a = encode(jobs, HistoryBuilder(prepare_history(before, CAT)).snapshot(as_of), CAT, spec)
+    grown = pd.concat([before, later], ignore_index=True)
+    x_b = encode(jobs, HistoryBuilder(prepare_history(grown, CAT)).snapshot(as_of), CAT, spec)
+    np.testing.assert_array_equal(x_a, x_b)
+
+
+def test_training_rows_never_see_their_own_day(attempts: pd.DataFrame) -> None:
+    as_of = SMALL_AS_OF
+    cfg = small_train_config()
+    ts = build_training_set(attempts, CAT, as_of, cfg)
+    # Poison every outcome on the last training day: no training row of that day may change.
+    last_day = as_of - timedelta(days=1)
+    poisoned = attempts.copy()
+    m = poisoned["submitted_at"] >= last_day
+    poisoned.loc[m, "throughput"] = poisoned.loc[m, "throughput"] * 1000
+    ts2 = build_training_set(poisoned, CAT, as_of, cfg)
+    on_last = ts.day == cfg.window_days - 1
+    assert on_last.sum() > 100
+    np.testing.assert_array_equal(ts.X[on_last], ts2.X[on_last])
+    # ...but the serving snapshot (as of the end of the window) does see that day.
+    assert not ts.serving_snapshot.tables["fam"].equals(ts2.serving_snapshot.tables["fam"])
+
+
+def test_unseen_family_gets_explicit_missing_history(trained_workspace: Workspace) -> None:
+    art = Registry(trained_workspace.models_dir).load()
+    job = {"family_id": "never-seen-family", "model_type": "vision-000", "trainer_count": 2,
+           "batch_size": 64, "num_params": 2.5e7, "flops_per_sample": 1.2e10,
+           "precision": "bf16", "devices_per_trainer": 8}
+    jobs = jobs_frame([job]).assign(hardware="A100-SXM4-80GB")
+    x = art.encode(jobs)[0]
+    names = list(art.spec.names)
+    assert x[names.index("has_family_history")] == 0.0
+    assert np.isnan(x[names.index("fam_n")]) and np.isnan(x[names.index("fam_hw_med_y")])
+    assert x[names.index("hist_level")] >= 4  # model-type levels or nothing
+    pred = art.predict(jobs)
+    assert np.isfinite(pred).all() and (pred > 0).all()
+
+
+# --- one feature path ----------------------------------------------------------------------
+
+def test_training_and_serving_features_are_identical(sim_workspace: Workspace) -> None:
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        report = check_parity(store, CAT, as_of=datetime(2026, 1, 10, tzinfo=UTC), sample=400)
+    assert report.ok, report.to_json()
+    assert report.rows == 400 and report.features > 50
+
+
+def test_jobs_frame_ignores_outcome_fields() -> None:
+    frame = jobs_frame([{"family_id": "f", "model_type": "m", "trainer_count": 1,
+                         "batch_size": 8, "throughput": 123.0, "status": "succeeded"}])
+    assert "throughput" not in frame.columns and "status" not in frame.columns
+
+
+# --- the cascade -----------------------------------------------------------------------------
+
+def _synthetic(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, size=(n, 3))
+    y = X[:, 0] + 0.3 * np.sin(X[:, 1]) + rng.normal(0, 0.02, n)
+    return X, y
+
+
+def test_cascade_routes_rows_to_their_range_and_predicts_the_median() -> None:
+    X, y = _synthetic(6000, 0)
+    fast = GBMParams(num_leaves=15, max_rounds=150, learning_rate=0.2, min_data_in_leaf=20)
+    model = CascadeModel(n_specialists=4, params=fast,
+                         router_params=GBMParams(num_leaves=15, max_rounds=40,
+                                                 learning_rate=0.3, objective="multiclass"))
+    zero = np.zeros(len(y))
+    model.fit(X, y, base=zero, feature_names=["a", "b", "c"], categorical=[])
+    Xt, yt = _synthetic(2000, 1)
+    routes = model.route(Xt)
+    truth = np.searchsorted(model.edges_, yt, side="right")
+    assert (routes == truth).mean() > 0.9
+    # Each specialist's training range overlaps its neighbours'.
+    for (lo1, hi1), (lo2, _) in zip(model.ranges_, model.ranges_[1:], strict=False):
+        assert lo2 < hi1 and lo1 < lo2
+    err = np.abs(model.predict(Xt, base=np.zeros(len(yt))) - yt)
+    assert np.median(err) < 0.1
+    again = model_from_files(model.to_files())
+    np.testing.assert_array_equal(again.predict(Xt, base=np.zeros(len(yt))),
+                                  model.predict(Xt, base=np.zeros(len(yt))))
+
+
+def test_unfitted_model_refuses_to_predict() -> None:
+    with pytest.raises(ModelError, match="not fitted yet"):
+        GlobalModel().predict(np.zeros((2, 3)), base=np.zeros(2))
+    with pytest.raises(ModelError, match="n_specialists must be >= 2"):
+        CascadeModel(n_specialists=1)
+
+
+# --- training, artifact, registry ----------------------------------------------------------
+
+def test_trained_model_is_accurate_and_reports_held_out_metrics(
+        trained_workspace: Workspace) -> None:
+    art = Registry(trained_workspace.models_dir).load()
+    held = art.manifest["metrics"]["held_out"]
+    assert held["day"] == "2026-01-12"
+    assert held["n"] > 500 and held["coverage"] == 1.0
+    assert held["accuracy"] > 0.6  # small fleet, 10-day window; the full fleet is measured in bench
+    assert held["seen_families"]["accuracy"] > held["unseen_families"]["accuracy"]
+    assert art.manifest["model_kind"] == "cascade"
+
+
+def test_artifact_round_trip_predicts_identically(trained_workspace: Workspace,
+                                                  attempts: pd.DataFrame,
+                                                  tmp_path: Path) -> None:
+    art = Registry(trained_workspace.models_dir).load()
+    jobs = attempts[attempts["submitted_at"] >= SMALL_AS_OF].head(500)
+    copy = write_artifact(tmp_path / "copy", model=art.model, snapshot=art.snapshot,
+                          spec=art.spec, catalog=art.catalog,
+                          info={"fallback_log_throughput": art.fallback_log_tp})
+    np.testing.assert_array_equal(load_artifact(copy).predict(jobs), art.predict(jobs))
+
+
+def test_corrupt_or_foreign_artifacts_are_refused_clearly(fresh_copy: Workspace) -> None:
+    reg = Registry(fresh_copy.models_dir)
+    path = reg.path(reg.latest_version() or "")
+    spec_file = path / "model" / "router.txt"
+    spec_file.write_text(spec_file.read_text() + "\n")
+    with pytest.raises(ArtifactError, match="checksum mismatch for model/router.txt"):
+        load_artifact(path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["feature_version"] = 999
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="feature_version is 999 but this leap reads 1"):
+        load_artifact(path)
+    (path / "manifest.json").unlink()
+    with pytest.raises(ArtifactError, match="is not a leap model artifact"):
+        load_artifact(path)
+    with pytest.raises(ArtifactError, match="no model version 'nope'"):
+        reg.load("nope")
+
+
+def test_quality_gate_refuses_and_rollback_restores(fresh_copy: Workspace) -> None:
+    reg = Registry(fresh_copy.models_dir)
+    first = reg.latest_version()
+    with Store(fresh_copy.store_path, read_only=True) as store:
+        # A gate that demands a full point more than the current model always refuses.
+        with pytest.raises(QualityGateError, match="refusing to publish: held-out accuracy"):
+            train_nightly(store, CAT, reg, as_of=SMALL_AS_OF,
+                          cfg=small_train_config(model_kind="global", quality_margin=-1.0))
+        assert reg.versions() == [first]
+        result = train_nightly(store, CAT, reg, as_of=SMALL_AS_OF,
+                               cfg=small_train_config(model_kind="global"))
+    assert result.published and reg.latest_version() == result.version != first
+    assert reg.rollback() == first and reg.latest_version() == first
+    assert [h["action"] for h in reg.history()][-2:] == ["publish", "rollback"]
+
+
+def test_training_twice_gives_the_same_model(sim_workspace: Workspace) -> None:
+    cfg = small_train_config(model_kind="global", window_days=5)
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        a = train_nightly(store, CAT, Registry(Path("/nonexistent")), as_of=SMALL_AS_OF,
+                          cfg=cfg, publish=False)
+        b = train_nightly(store, CAT, Registry(Path("/nonexistent")), as_of=SMALL_AS_OF,
+                          cfg=cfg, publish=False)
+    assert a.artifact is not None and b.artifact is not None
+    assert a.artifact.model.to_files() == b.artifact.model.to_files()
+
+
+def test_too_little_data_is_a_clear_error(sim_workspace: Workspace) -> None:
+    with Store(sim_workspace.store_path, read_only=True) as store, \
+            pytest.raises(ModelError, match="succeeded attempts in the window"):
+        train_nightly(store, CAT, Registry(Path("/nonexistent")),
+                      as_of=datetime(2025, 6, 1, tzinfo=UTC), publish=False)
+
+
+# --- CLI ---------------------------------------------------------------------------------------
+
+def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> None:
+    home = ["--home", str(fresh_copy.home)]
+    res = runner.invoke(app, [*home, "train", "--as-of", "2026-01-12", "--window-days", "5",
+                              "--model", "global", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["published"] and 0 < out["metrics"]["held_out"]["accuracy"] <= 1
+    assert 0.8 < out["metrics"]["held_out"]["oracle_ceiling"] <= 1.0
+    res = runner.invoke(app, [*home, "models", "list", "--json"])
+    listing = json.loads(res.stdout)
+    assert listing["latest"] == out["version"] and len(listing["versions"]) == 2
+
+    jobs = tmp_path / "jobs.csv"
+    pd.DataFrame({"family_id": ["x"], "model_type": ["vision-001"], "trainer_count": [1],
+                  "batch_size": [32], "precision": ["bf16"]}).to_csv(jobs, index=False)
+    out_csv = tmp_path / "pred.csv"
+    res = runner.invoke(app, [*home, "predict", str(jobs), "--candidates", "H100-SXM,T4",
+                              "--out", str(out_csv)])
+    assert res.exit_code == 0, res.output
+    pred = pd.read_csv(out_csv)
+    assert list(pred["hardware"]) == ["H100-SXM", "T4"]
+    assert (pred["predicted_throughput"] > 0).all()
+
+    res = runner.invoke(app, [*home, "predict", str(jobs), "--candidates", "H10O"])
+    assert res.exit_code == 1 and "unknown hardware 'H10O'; did you mean" in res.output
+
+    res = runner.invoke(app, [*home, "check-features", "--as-of", "2026-01-11", "--sample",
+                              "200", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["ok"] is True
+
+    res = runner.invoke(app, [*home, "train", "--as-of", "2026-13-01"])
+    assert res.exit_code == 1 and "--as-of must be a date like 2026-01-31" in res.output
