@@ -18,8 +18,9 @@ import pandas as pd
 import pyarrow as pa
 
 from leap.catalog import Catalog
-from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS
+from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS, PRECISIONS
 from leap.errors import ArtifactError, DataError
+from leap.features.columns import SMALL, Columns
 from leap.features.history import LEVELS, Snapshot
 from leap.features.physics import estimates, hardware_specs
 
@@ -70,11 +71,12 @@ class FeatureSpec:
 
     @classmethod
     def fit(cls, jobs: pd.DataFrame, catalog: Catalog) -> FeatureSpec:
-        """Vocabularies from the training rows (hardware and vendor from the catalog)."""
+        """Vocabularies: hardware and vendor from the catalog, precision from the schema,
+        model categories from the training rows (so consecutive windows share one spec)."""
         vocab = {
             "hardware": sorted(catalog),
             "vendor": sorted({catalog[n].vendor for n in catalog}),
-            "precision": _levels(jobs, "precision"),
+            "precision": list(PRECISIONS),
             "model_category": _levels(jobs, "model_category"),
         }
         return cls(vocab=vocab)
@@ -105,15 +107,11 @@ def _levels(jobs: pd.DataFrame, col: str) -> list[str]:
     return sorted(str(v) for v in jobs[col].dropna().unique())
 
 
-def _num(jobs: pd.DataFrame, col: str) -> np.ndarray:
-    if col not in jobs.columns:
-        return np.full(len(jobs), np.nan)
-    return pd.to_numeric(jobs[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def _codes(values: pd.Series | np.ndarray, vocab: list[str]) -> np.ndarray:
-    idx = pd.Index(vocab).get_indexer(pd.Series(values).astype(object))
-    return np.where(idx >= 0, idx, np.nan).astype(np.float64)
+def _codes(values: np.ndarray, vocab: list[str]) -> np.ndarray:
+    lookup = {v: float(i) for i, v in enumerate(vocab)}
+    return np.array([lookup.get(v, np.nan) if isinstance(v, str) else np.nan for v in values],
+                    dtype=np.float64) if len(values) <= SMALL else (
+        pd.Series(values, dtype=object).map(lookup).to_numpy(dtype=np.float64, na_value=np.nan))
 
 
 def jobs_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -133,19 +131,20 @@ def jobs_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return table.to_pandas()
 
 
-def check_request_columns(jobs: pd.DataFrame) -> None:
-    missing = [c for c in REQUEST_COLUMNS if c not in jobs.columns]
+def check_request_columns(jobs: Columns | pd.DataFrame) -> None:
+    present = jobs.columns if isinstance(jobs, pd.DataFrame) else jobs
+    missing = [c for c in REQUEST_COLUMNS if c not in present]
     if missing:
         raise DataError(f"job rows lack required column(s) {', '.join(missing)}")
 
 
-def encode(jobs: pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
+def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
            spec: FeatureSpec) -> np.ndarray:
     """Model rows for ``jobs`` (one row each, on the hardware in its ``hardware`` column).
 
     Parameters
     ----------
-    jobs : DataFrame
+    jobs : Columns or DataFrame
         Launch-time job columns plus ``hardware``; outcome columns, if any, are ignored.
     snapshot : Snapshot
         History as of the prediction time.
@@ -160,35 +159,41 @@ def encode(jobs: pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
 
     Examples
     --------
-    >>> # X = encode(jobs.assign(hardware="H100-SXM"), artifact.snapshot, catalog, spec)
+    >>> # X = encode(Columns.from_request(job, ["H100-SXM", "T4"]), art.snapshot, cat, spec)
     """
     check_request_columns(jobs)
+    cols_in = jobs if isinstance(jobs, Columns) else Columns.from_frame(jobs)
+    n = len(cols_in)
     cols: dict[str, np.ndarray] = {}
     for c in _LOG_JOB:
         with np.errstate(divide="ignore", invalid="ignore"):
-            v = np.log(_num(jobs, c))
+            v = np.log(cols_in.num(c))
         cols[f"log_{c}"] = np.where(np.isfinite(v), v, np.nan)
     for c in _RAW_JOB:
-        cols[c] = _num(jobs, c)
-    hardware = jobs["hardware"].to_numpy(dtype=object)
+        cols[c] = cols_in.num(c)
+    hardware = cols_in.obj("hardware")
     specs = hardware_specs(catalog, hardware)
     cols.update({c: specs[c] for c in _HW})
-    vendor = pd.Series(hardware).map({n: catalog[n].vendor for n in catalog}).to_numpy()
+    vendor_of = {name: catalog[name].vendor for name in set(hardware)}
+    vendor = np.array([vendor_of[h] for h in hardware], dtype=object) if n <= SMALL else (
+        pd.Series(hardware, dtype=object).map(vendor_of).to_numpy(dtype=object))
     cols["hardware"] = _codes(hardware, spec.vocab.get("hardware", []))
     cols["vendor"] = _codes(vendor, spec.vocab.get("vendor", []))
     for c in ("precision", "model_category"):
-        raw = jobs[c] if c in jobs.columns else pd.Series([None] * len(jobs))
-        cols[c] = _codes(raw.to_numpy(dtype=object), spec.vocab.get(c, []))
-    phys = estimates(jobs, catalog)
+        cols[c] = _codes(cols_in.obj(c), spec.vocab.get(c, []))
+    phys = estimates(cols_in, catalog)
     cols.update(phys)
 
-    keyed = jobs[["family_id", "model_type", "hardware", "trainer_count"]].assign(vendor=vendor)
-    best = np.full(len(jobs), np.nan)
-    level_used = np.full(len(jobs), float(len(_RESIDUAL_PRIORITY)))
+    # History keys as text; trainer_count as a whole number so 4 and 4.0 find the same key.
+    keys = {"family_id": cols_in.text("family_id"), "model_type": cols_in.text("model_type"),
+            "hardware": hardware.astype(str), "vendor": vendor.astype(str),
+            "trainer_count": cols_in.num("trainer_count").astype(np.int64).astype(str)}
     for lv in LEVELS:
-        block = snapshot.lookup(keyed, lv)
+        block = snapshot.lookup(keys, lv)
         for j, name in enumerate(lv.stats):
             cols[name] = block[:, j]
+    best = np.full(n, np.nan)
+    level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
         r = cols[f"{name}_med_r"]
         take = np.isnan(best) & np.isfinite(r)
@@ -197,8 +202,9 @@ def encode(jobs: pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
     cols["has_family_history"] = np.isfinite(cols["fam_n"]).astype(np.float64)
     cols["hist_level"] = level_used
     cols["hist_est"] = np.nan_to_num(phys["log_phys_sps"], nan=0.0) + best
-    return np.column_stack([cols[n] for n in spec.names]) if len(jobs) else np.empty(
-        (0, len(spec.names)))
+    if n == 0:
+        return np.empty((0, len(spec.names)))
+    return np.column_stack([cols[name] for name in spec.names])
 
 
 def base_margin(X: np.ndarray, spec: FeatureSpec, fallback: float) -> np.ndarray:

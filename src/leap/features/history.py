@@ -10,6 +10,7 @@ day. Nothing at or after ``as_of`` is ever read.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 
 from leap.catalog import Catalog
 from leap.errors import ArtifactError
+from leap.features.columns import SMALL
 from leap.features.physics import estimates
 
 KEY_SEP = "\x1f"
@@ -65,15 +67,19 @@ HISTORY_COLUMNS = ("family_id", "model_type", "hardware", "vendor", "trainer_cou
                    "submitted_at", "y", "r")
 
 
-def key_strings(frame: pd.DataFrame, keys: tuple[str, ...]) -> pd.Index:
-    """Join key columns into one string per row (the lookup key of a level)."""
-    if len(frame) == 0:
-        return pd.Index([], dtype=object)
-    parts = [frame[k].astype(str) for k in keys]
-    joined = parts[0]
+def key_strings(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Join per-column key texts into one string per row (the lookup key of a level)."""
+    n = len(parts[0]) if parts else 0
+    if n <= SMALL:
+        return np.array([KEY_SEP.join(p[i] for p in parts) for i in range(n)], dtype=object)
+    joined = pd.Series(parts[0], dtype=object)
     for p in parts[1:]:
-        joined = joined + KEY_SEP + p
-    return pd.Index(joined.to_numpy(dtype=object))
+        joined = joined + KEY_SEP + pd.Series(p, dtype=object)
+    return joined.to_numpy(dtype=object)
+
+
+def _table_keys(table: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
+    return key_strings([table[k].astype(str).to_numpy(dtype=object) for k in keys])
 
 
 def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
@@ -113,17 +119,27 @@ class Snapshot:
         self.lookback_days = lookback_days
         self.tables = tables
         self._index: dict[str, tuple[pd.Index, np.ndarray]] = {}
+        self._small: dict[str, dict[str, int]] = {}
         for level in LEVELS:
             t = tables[level.name]
-            idx = key_strings(t, level.keys)
+            idx = pd.Index(_table_keys(t, level.keys), dtype=object)
             self._index[level.name] = (idx, t[list(level.stats)].to_numpy(dtype=np.float64))
 
-    def lookup(self, jobs: pd.DataFrame, level: Level) -> np.ndarray:
-        """Stats of ``level`` for each job row; NaN rows where the key has no history."""
+    def lookup(self, keys: Mapping[str, np.ndarray], level: Level) -> np.ndarray:
+        """Stats of ``level`` for each row of ``keys`` (key column -> text array).
+
+        Rows whose key has no history get NaN.
+        """
         idx, values = self._index[level.name]
-        pos = idx.get_indexer(key_strings(jobs, level.keys)) if len(idx) else np.full(
-            len(jobs), -1)
-        out = np.full((len(jobs), values.shape[1]), np.nan)
+        wanted = key_strings([keys[k] for k in level.keys])
+        if len(wanted) <= SMALL:
+            if level.name not in self._small:
+                self._small[level.name] = {k: i for i, k in enumerate(idx)}
+            table = self._small[level.name]
+            pos = np.array([table.get(k, -1) for k in wanted], dtype=np.int64)
+        else:
+            pos = idx.get_indexer(wanted)
+        out = np.full((len(wanted), values.shape[1]), np.nan)
         hit = pos >= 0
         out[hit] = values[pos[hit]]
         return out

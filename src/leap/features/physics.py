@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import SPEC_COLUMNS, Catalog
+from leap.features.columns import SMALL, Columns
 
 #: Bytes of weights + gradients + optimizer state per parameter (mixed-precision Adam).
 TRAIN_BYTES_PER_PARAM = 16.0
@@ -20,35 +21,27 @@ ALLREDUCE_BYTES_PER_PARAM = 4.0
 _PRECISION_PEAK = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "bf16"}
 
 
-def _col(jobs: pd.DataFrame, name: str, default: float = np.nan) -> np.ndarray:
-    if name in jobs.columns:
-        return pd.to_numeric(jobs[name], errors="coerce").to_numpy(dtype=np.float64,
-                                                                     na_value=np.nan)
-    return np.full(len(jobs), default, dtype=np.float64)
-
-
 def hardware_specs(catalog: Catalog, hardware: np.ndarray) -> dict[str, np.ndarray]:
     """Per-row arrays of every :data:`~leap.catalog.SPEC_COLUMNS` figure (vectorised lookup)."""
-    codes, uniques = pd.factorize(np.asarray(hardware, dtype=object))
+    codes, uniques = pd.factorize(np.asarray(hardware, dtype=object), use_na_sentinel=False)
     matrix = catalog.spec_matrix(list(uniques))[codes]
     return {name: matrix[:, i] for i, name in enumerate(SPEC_COLUMNS)}
 
 
-def peak_flops(jobs: pd.DataFrame, specs: dict[str, np.ndarray]) -> np.ndarray:
+def peak_flops(precision: np.ndarray, specs: dict[str, np.ndarray]) -> np.ndarray:
     """Peak dense FLOP/s per device for each row's precision on each row's hardware."""
     bf16 = specs["peak_bf16_tflops"] * 1e12
     fp32 = specs["peak_fp32_tflops"] * 1e12
-    if "precision" in jobs.columns:
-        kind = (jobs["precision"].astype(object).map(_PRECISION_PEAK).fillna("bf16")
-                .to_numpy(dtype=object))
-    else:
-        kind = np.full(len(jobs), "bf16")
+    kind = np.array([_PRECISION_PEAK.get(p, "bf16") for p in precision], dtype=object) \
+        if len(precision) <= SMALL else (pd.Series(precision, dtype=object)
+                                         .map(_PRECISION_PEAK).fillna("bf16")
+                                         .to_numpy(dtype=object))
     # TF32 tensor cores run at about half the 16-bit rate where they exist; never below fp32.
     tf32 = np.maximum(bf16 / 2.0, fp32)
     return np.where(kind == "fp32", fp32, np.where(kind == "tf32", tf32, bf16))
 
 
-def estimates(jobs: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
     """Physics features for each row of ``jobs`` on the hardware named in its ``hardware`` column.
 
     Returns a dict of float64 arrays (NaN where an input is missing), all per row:
@@ -62,29 +55,30 @@ def estimates(jobs: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
     --------
     >>> import pandas as pd
     >>> from leap.catalog import SPEC_COLUMNS, Catalog
+from leap.features.columns import SMALL, Columns
     >>> jobs = pd.DataFrame({"hardware": ["H100-SXM"], "trainer_count": [1], "batch_size": [32],
     ...                      "devices_per_trainer": [8], "flops_per_sample": [1e12],
     ...                      "num_params": [1e8], "precision": ["bf16"]})
     >>> round(float(estimates(jobs, Catalog.default())["mem_fit"][0]), 3)
     0.02
     """
-    specs = hardware_specs(catalog, jobs["hardware"].to_numpy())
+    cols = jobs if isinstance(jobs, Columns) else Columns.from_frame(jobs)
+    specs = hardware_specs(catalog, cols.obj("hardware"))
     mem_gb = specs["memory_gb"]
     mem_bw = specs["mem_bw_gb_per_s"] * 1e9
     intra_bw = specs["intra_node_bw_gb_per_s"] * 1e9
     inter_bw = specs["inter_node_bw_gbit_per_s"] * 1e9 / 8.0
 
-    trainers = np.maximum(_col(jobs, "trainer_count", 1.0), 1.0)
-    devices_per_trainer = np.nan_to_num(_col(jobs, "devices_per_trainer", 1.0), nan=1.0)
-    devices = trainers * np.maximum(devices_per_trainer, 1.0)
-    batch = np.maximum(_col(jobs, "batch_size", 1.0), 1.0)
-    flops = _col(jobs, "flops_per_sample")
-    params = _col(jobs, "num_params")
-    shard = (np.nan_to_num(_col(jobs, "tensor_parallel", 1.0), nan=1.0)
-             * np.nan_to_num(_col(jobs, "pipeline_parallel", 1.0), nan=1.0))
-    shard = np.maximum(shard, 1.0)
+    def filled(name: str) -> np.ndarray:
+        return np.maximum(np.nan_to_num(cols.num(name), nan=1.0), 1.0)
 
-    peak = peak_flops(jobs, specs)
+    trainers = filled("trainer_count")
+    devices = trainers * filled("devices_per_trainer")
+    batch = filled("batch_size")
+    flops = cols.num("flops_per_sample")
+    params = cols.num("num_params")
+    shard = filled("tensor_parallel") * filled("pipeline_parallel")
+    peak = peak_flops(cols.obj("precision"), specs)
     with np.errstate(divide="ignore", invalid="ignore"):
         compute_step_s = batch * flops / peak
         weight_step_s = 2.0 * params / shard / mem_bw

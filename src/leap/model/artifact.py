@@ -24,6 +24,7 @@ import pandas as pd
 from leap import __version__
 from leap.catalog import Catalog
 from leap.errors import ArtifactError, CatalogError
+from leap.features.columns import Columns
 from leap.features.encode import FEATURE_VERSION, FeatureSpec, base_margin, encode
 from leap.features.history import Snapshot
 from leap.model.cascade import Model, model_from_files
@@ -60,16 +61,16 @@ class Artifact:
     def fallback_log_tp(self) -> float:
         return float(self.manifest["fallback_log_throughput"])
 
-    def encode(self, jobs: pd.DataFrame) -> np.ndarray:
+    def encode(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Model rows for ``jobs`` (each with a ``hardware`` column) via the one feature path."""
         return encode(jobs, self.snapshot, self.catalog, self.spec)
 
-    def predict_log(self, jobs: pd.DataFrame) -> np.ndarray:
+    def predict_log(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Predicted log samples/s for each job row on its ``hardware``."""
         X = self.encode(jobs)
         return self.model.predict(X, base=base_margin(X, self.spec, self.fallback_log_tp))
 
-    def predict(self, jobs: pd.DataFrame) -> np.ndarray:
+    def predict(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Predicted samples/s for each job row on its ``hardware``."""
         return np.exp(self.predict_log(jobs))
 

@@ -22,6 +22,10 @@ import numpy as np
 from leap.errors import ArtifactError, ModelError
 
 
+#: Below this many rows, prediction runs on one thread.
+PARALLEL_ROWS = 2000
+
+
 @dataclass(frozen=True)
 class GBMParams:
     """LightGBM settings for one regressor (documented defaults, tuned for speed on 2 cores)."""
@@ -83,9 +87,16 @@ def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
     return booster, offset
 
 
-def _predict(booster: lgb.Booster, X: np.ndarray, base: np.ndarray) -> np.ndarray:
+def _raw_predict(booster: lgb.Booster, X: np.ndarray) -> np.ndarray:
     it = booster.best_iteration if booster.best_iteration > 0 else None
-    return np.asarray(booster.predict(X, num_iteration=it), dtype=np.float64) + base
+    # Waking OpenMP threads costs milliseconds; a launch-time call scores ~20 rows.
+    threads = 1 if len(X) < PARALLEL_ROWS else 0
+    return np.asarray(booster.predict(X, num_iteration=it, num_threads=threads),
+                      dtype=np.float64)
+
+
+def _predict(booster: lgb.Booster, X: np.ndarray, base: np.ndarray) -> np.ndarray:
+    return _raw_predict(booster, X) + base
 
 
 class _Fitted:
@@ -231,8 +242,7 @@ class CascadeModel(_Fitted):
     def route(self, X: np.ndarray) -> np.ndarray:
         """The specialist index chosen for each row."""
         self._check_fitted()
-        it = self.router_.best_iteration if self.router_.best_iteration > 0 else None
-        proba = np.asarray(self.router_.predict(X, num_iteration=it))
+        proba = _raw_predict(self.router_, X)
         return np.argmax(proba.reshape(len(X), -1), axis=1)
 
     def predict(self, X: np.ndarray, *, base: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ For a sample of stored attempts of one day it builds the features twice:
 * the training path: stored attempt rows (outcome columns and all) encoded against the
   in-memory snapshot as of the start of that day, exactly as nightly training does;
 * the serving path: each attempt turned into a JSON job request (launch-time fields only),
-  parsed back with :func:`~leap.features.encode.jobs_frame`, and encoded against the same
+  parsed back and encoded on its own type with :meth:`Columns.from_request` against the same
   snapshot after a Parquet save/load round trip, exactly as the ranker does from an artifact.
 
 It also scrambles the outcome columns of the training rows and re-encodes (an outcome must
@@ -30,7 +30,8 @@ from leap.catalog import Catalog
 from leap.data.schema import JOB_COLUMNS, OUTCOME_COLUMNS
 from leap.data.store import Store
 from leap.errors import ModelError
-from leap.features.encode import FEATURE_NAMES, FeatureSpec, encode, jobs_frame
+from leap.features.columns import Columns
+from leap.features.encode import FEATURE_NAMES, FeatureSpec, encode
 from leap.features.history import HistoryBuilder, Snapshot, prepare_history
 from leap.model.train import day_start, default_as_of, load_attempts, succeeded_attempts
 
@@ -102,8 +103,10 @@ def check_parity(store: Store, catalog: Catalog, *, as_of: datetime | None = Non
     with tempfile.TemporaryDirectory() as tmp:
         snap.save(Path(tmp))
         served_snap = Snapshot.load(Path(tmp))
-    jobs = jobs_frame(_requests(day_rows)).assign(hardware=day_rows["hardware"].to_numpy())
-    X_serve = encode(jobs, served_snap, catalog, spec)
+    # Serving: each attempt becomes one request on its own type, encoded like the ranker does.
+    hardware = day_rows["hardware"].to_numpy()
+    X_serve = np.vstack([encode(Columns.from_request(job, [hw]), served_snap, catalog, spec)
+                         for job, hw in zip(_requests(day_rows), hardware, strict=True)])
 
     scrambled = day_rows.copy()
     for c in OUTCOME_COLUMNS:

@@ -7,9 +7,10 @@ currently published model, and publishes atomically.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -130,8 +131,15 @@ def succeeded_attempts(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
 
 
 def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
-                       cfg: TrainConfig, progress: Progress | None = None) -> TrainingSet:
-    """Encode the window's succeeded attempts, each with history as of its own day."""
+                       cfg: TrainConfig, progress: Progress | None = None,
+                       block_cache: MutableMapping[tuple[str, str], np.ndarray] | None = None,
+                       ) -> TrainingSet:
+    """Encode the window's succeeded attempts, each with history as of its own day.
+
+    A day's rows depend only on the attempts before that day and on the feature spec, so
+    consecutive nightly windows share them: pass the same ``block_cache`` dict to reuse a
+    day's encoded block (keyed by day and spec) instead of rebuilding its snapshot.
+    """
     timings: dict[str, float] = {}
     window_start = as_of - timedelta(days=cfg.window_days)
     t0 = time.perf_counter()
@@ -152,11 +160,16 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
     day_arr = day.to_numpy()
     blocks: list[np.ndarray] = []
     snap_s = enc_s = 0.0
+    spec_key = hashlib.sha256(spec.to_json().encode()).hexdigest()[:16]
     for d in range(cfg.window_days):
         rows = train_rows[day_arr == d]
         if progress:
             progress("features", d + 1, cfg.window_days + 1)
         if len(rows) == 0:
+            continue
+        key = ((window_start + timedelta(days=d)).date().isoformat(), spec_key)
+        if block_cache is not None and key in block_cache and len(block_cache[key]) == len(rows):
+            blocks.append(block_cache[key])
             continue
         t1 = time.perf_counter()
         snap = builder.snapshot(window_start + timedelta(days=d))
@@ -164,6 +177,8 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
         blocks.append(encode(rows, snap, catalog, spec))
         snap_s += t2 - t1
         enc_s += time.perf_counter() - t2
+        if block_cache is not None:
+            block_cache[key] = blocks[-1]
     t1 = time.perf_counter()
     serving = builder.snapshot(as_of)
     snap_s += time.perf_counter() - t1
@@ -246,8 +261,9 @@ class WindowModel:
 
 
 def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
-                 cfg: TrainConfig | None = None,
-                 progress: Progress | None = None) -> WindowModel:
+                 cfg: TrainConfig | None = None, progress: Progress | None = None,
+                 block_cache: MutableMapping[tuple[str, str], np.ndarray] | None = None,
+                 ) -> WindowModel:
     """Train on the ``cfg.window_days`` days of ``attempts`` before ``as_of``; evaluate on its day.
 
     ``attempts`` must reach back ``window_days + lookback_days`` before ``as_of`` for full
@@ -255,7 +271,7 @@ def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
     """
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
-    ts = build_training_set(attempts, catalog, as_of, cfg, progress)
+    ts = build_training_set(attempts, catalog, as_of, cfg, progress, block_cache)
     timings = dict(ts.timings)
     if progress:
         progress("fit", 0, 1)

@@ -1,0 +1,83 @@
+"""Job rows as named NumPy arrays: the one input type of the feature code.
+
+Training builds it from a frame of stored attempts (hundreds of thousands of rows); serving
+builds it from a job request and its candidate types (about 20 rows). Both then go through
+the same :func:`leap.features.encode.encode`; only this thin adapter differs, and it does no
+arithmetic, so the features cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from leap.data.schema import JOB_COLUMNS
+
+#: Below this many rows, lookups use plain dicts (pandas' fixed cost per call dominates).
+SMALL = 128
+
+
+class Columns:
+    """Named columns of equal length ``n``.
+
+    Examples
+    --------
+    >>> cols = Columns.from_request({"family_id": "f", "trainer_count": 2}, ["T4", "L4"])
+    >>> len(cols), cols.num("trainer_count").tolist(), cols.obj("hardware").tolist()
+    (2, [2.0, 2.0], ['T4', 'L4'])
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], n: int) -> None:
+        self._arrays = dict(arrays)
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._arrays
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> Columns:
+        return cls({c: frame[c].to_numpy() for c in frame.columns}, len(frame))
+
+    @classmethod
+    def from_request(cls, job: Mapping[str, Any], hardware: Sequence[str]) -> Columns:
+        """One job on each of ``hardware``; only launch-time fields are kept."""
+        n = len(hardware)
+        arrays: dict[str, np.ndarray] = {}
+        for c in JOB_COLUMNS:
+            if c in job:
+                arr = np.empty(n, dtype=object)
+                arr[:] = [job[c]] * n
+                arrays[c] = arr
+        arrays["hardware"] = np.asarray(list(hardware), dtype=object)
+        return cls(arrays, n)
+
+    def num(self, name: str) -> np.ndarray:
+        """float64 values; missing or non-numeric entries are NaN."""
+        arr = self._arrays.get(name)
+        if arr is None:
+            return np.full(self.n, np.nan)
+        if arr.dtype.kind in "fiub":
+            return arr.astype(np.float64)
+        return pd.to_numeric(pd.Series(arr, dtype=object), errors="coerce").to_numpy(
+            dtype=np.float64, na_value=np.nan)
+
+    def obj(self, name: str) -> np.ndarray:
+        """Values as an object array (None where missing or absent)."""
+        arr = self._arrays.get(name)
+        if arr is None:
+            return np.full(self.n, None, dtype=object)
+        out = np.array(arr, dtype=object)
+        if arr.dtype.kind == "O":
+            out[pd.isna(out)] = None
+        return out
+
+    def text(self, name: str) -> np.ndarray:
+        """Values as strings (for keys); missing becomes ``"None"``, never matching history."""
+        return np.array([str(v) for v in self.obj(name)], dtype=object) if self.n <= SMALL \
+            else pd.Series(self.obj(name), dtype=object).astype(str).to_numpy(dtype=object)
