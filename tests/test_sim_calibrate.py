@@ -12,7 +12,8 @@ import pytest
 
 from leap.catalog import Catalog
 from leap.data.store import Store
-from leap.sim.calibrate import calibrate, calibration_from_table, check_targets, within_tolerance
+from leap.metrics import within
+from leap.sim.calibrate import calibrate, calibration_from_table, check_targets
 from leap.sim.fleet import Fleet
 from leap.sim.run import simulate, simulate_day
 from leap.sim.scenario import Scenario
@@ -90,4 +91,4 @@ def test_calibrate_reads_the_store_like_the_in_memory_path(tmp_path: Path) -> No
 def test_within_tolerance_is_relative_to_the_measured_value() -> None:
     measured = np.array([100.0, 100.0, 100.0, 100.0, 100.0])
     predicted = np.array([120.0, 80.0, 121.0, 79.0, np.nan])
-    assert within_tolerance(predicted, measured).tolist() == [True, True, False, False, False]
+    assert within(predicted, measured).tolist() == [True, True, False, False, False]

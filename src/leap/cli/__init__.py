@@ -86,7 +86,7 @@ def _register() -> None:
     # Imported for their side effect of adding commands to `app`; each module owns one group.
     import importlib
 
-    for mod in ("data", "sim", "model", "rank", "evaluate", "bench_data"):
+    for mod in ("data", "sim", "model", "rank", "evaluate", "bench_data", "demo"):
         try:
             importlib.import_module(f"leap.cli.{mod}")
         except ModuleNotFoundError as exc:

@@ -204,8 +204,7 @@ def make_model(cfg: TrainConfig) -> Model:
     params = GBMParams(objective=cfg.objective, seed=cfg.seed)
     if cfg.model_kind == "global":
         return GlobalModel(params=params)
-    return CascadeModel(n_specialists=cfg.n_specialists,
-                        params=replace(params, num_leaves=63, max_rounds=400))
+    return CascadeModel(n_specialists=cfg.n_specialists, params=params)
 
 
 def fit_model(ts: TrainingSet, cfg: TrainConfig) -> Model:

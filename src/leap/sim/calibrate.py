@@ -10,13 +10,12 @@ import pyarrow.compute as pc
 
 from leap.data.schema import STATUSES
 from leap.errors import ConfigError
+from leap.metrics import within
 from leap.sim.fleet import Fleet
 
 if TYPE_CHECKING:
     from leap.data.store import Store
 
-#: Tolerance of the accuracy metric (spec: within +-20% of the measured value).
-TOLERANCE = 0.20
 _COLUMNS = ("attempt_id", "family_id", "submitted_at", "hardware", "trainer_count",
             "batch_size", "status", "throughput", "precision", "devices_per_trainer",
             "tensor_parallel", "pipeline_parallel", "duration_hours", "model_type")
@@ -27,13 +26,6 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "oracle_ceiling": (0.85, 0.95),
     "observed_pair_share": (None, 0.4),
 }
-
-
-def within_tolerance(predicted: np.ndarray, measured: np.ndarray,
-                     tolerance: float = TOLERANCE) -> np.ndarray:
-    """Bool per row: ``|predicted - measured| <= tolerance * measured`` (NaN is False)."""
-    with np.errstate(invalid="ignore"):
-        return np.abs(predicted - measured) <= tolerance * measured
 
 
 def calibration_from_table(fleet: Fleet, table: pa.Table) -> dict[str, Any]:
@@ -49,7 +41,7 @@ def calibration_from_table(fleet: Fleet, table: pa.Table) -> dict[str, Any]:
     succ = table.filter(pa.array(ok))
     thr = measured[ok]
     truth = fleet.true_throughput(succ, succ.column("hardware"), succ.column("submitted_at"))
-    hit = within_tolerance(truth, thr)
+    hit = within(truth, thr)
     fam, shape = fleet.job_shape(succ)
     dur = succ.column("duration_hours").to_numpy(zero_copy_only=False).astype(np.float64)
     gpu_hours = shape.devices * np.nan_to_num(dur)

@@ -1,0 +1,181 @@
+"""CLI: `leap demo` — simulate a fleet, train, show held-out accuracy and a few rankings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import typer
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from leap.cli import app, console, guarded, workspace
+from leap.cli.model import _oracle_ceiling, _print_train
+
+DEMO_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description:<22}"), BarColumn(), TextColumn(
+        "{task.completed}/{task.total}"), TimeElapsedColumn(), console=console)
+
+
+def _ranking_table(title: str, job: dict[str, Any], result: Any,
+                   truth: dict[str, float]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col, just in (("#", "right"), ("hardware", "left"), ("predicted samples/s", "right"),
+                      ("true samples/s", "right"), ("$/hour", "right"),
+                      ("samples per $", "right"), ("MFU", "right"), ("flags", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for i, r in enumerate(result.ranking[:8], start=1):
+        mfu = "—" if r.predicted_utilization is None else f"{100 * r.predicted_utilization:.0f}%"
+        true_tp = truth.get(r.hardware, float("nan"))
+        t.add_row(str(i), r.hardware, f"{r.predicted_throughput:,.1f}",
+                  "—" if true_tp != true_tp else f"{true_tp:,.1f}", f"{r.cost_per_hour:,.2f}",
+                  f"{r.value:,.0f}", mfu, ", ".join(r.flags))
+    if len(result.ranking) > 8:
+        t.caption = f"... and {len(result.ranking) - 8} more"
+    return t
+
+
+@app.command(epilog="Example: leap --home /tmp/leap-demo demo")
+@guarded
+def demo(
+    ctx: typer.Context,
+    days: int = typer.Option(31, "--days", min=3, help="Days to simulate; the last one is "
+                             "held out."),
+    attempts_per_day: int = typer.Option(6000, "--attempts-per-day", min=500,
+                                         help="Fleet size (the paper's fleet: 25000)."),
+    seed: int = typer.Option(1, "--seed", min=0, help="Simulator seed."),
+    model: str = typer.Option("cascade", "--model", help="cascade or global."),
+) -> None:
+    """Simulate a fleet, train the nightly model, and rank hardware for three example jobs.
+
+    Everything stays in the workspace (--home): run `leap stats`, `leap rank`, `leap serve`
+    on it afterwards. The default fleet is a quarter of the paper's (6,000 attempts a day)
+    so the demo takes a few minutes; --attempts-per-day 25000 gives the full scale.
+    """
+    from leap.catalog import Catalog
+    from leap.data.store import Store
+    from leap.model.artifact import Registry
+    from leap.model.train import (
+        TrainConfig,
+        load_attempts,
+        succeeded_attempts,
+        train_nightly,
+    )
+    from leap.rank.ranker import Ranker
+    from leap.sim.fleet import Fleet
+    from leap.sim.run import simulate
+    from leap.sim.scenario import Scenario
+
+    ws = workspace(ctx).ensure()
+    catalog = Catalog.load(ws.catalog_path)
+    base = Scenario.load()
+    scale = attempts_per_day / base.attempts_per_day
+    scenario = base.override(
+        attempts_per_day=attempts_per_day,
+        initial_families=max(200, round(base.initial_families * scale)),
+        new_families_per_day=max(5.0, base.new_families_per_day * scale))
+    console.print(Panel.fit(
+        f"[bold]leap demo[/]  workspace {ws.home}\n"
+        f"1. simulate {days} days of a fleet: {attempts_per_day:,} attempts/day, "
+        f"{len(catalog)} accelerator types\n"
+        f"2. train the nightly model on days 1-{days - 1}, evaluate on day {days}\n"
+        "3. rank the hardware for three jobs of the held-out day"))
+
+    with Store(ws.store_path) as store, _progress() as bar:
+        task = bar.add_task("simulating days", total=days)
+        report = simulate(store, catalog, scenario, days=days, seed=seed, start=DEMO_START,
+                          progress=lambda done: bar.update(task, completed=done))
+    console.print(f"simulated {report.attempts:,} attempts of {report.families:,} families "
+                  f"({report.added:,} new in the store) in {report.seconds:.0f}s")
+
+    as_of = DEMO_START + timedelta(days=days - 1)
+    cfg = TrainConfig(window_days=min(30, days - 1), model_kind=model)
+    registry = Registry(ws.models_dir)
+    with Store(ws.store_path, read_only=True) as store:
+        with _progress() as bar:
+            tasks: dict[str, Any] = {}
+
+            def progress(stage: str, done: int, total: int) -> None:
+                label = {"features": "history + features", "fit": "fitting the model"}[stage]
+                if stage not in tasks:
+                    tasks[stage] = bar.add_task(label, total=total)
+                bar.update(tasks[stage], completed=done, total=total)
+
+            result = train_nightly(store, catalog, registry, as_of=as_of, cfg=cfg, force=True,
+                                   progress=progress)
+        day = succeeded_attempts(load_attempts(store, as_of, as_of + timedelta(days=1)),
+                                 catalog)
+        out = result.to_json()
+        ceiling = _oracle_ceiling(store, day)
+        if ceiling is not None:
+            out["metrics"]["held_out"]["oracle_ceiling"] = ceiling
+        fleet = Fleet.from_store(store)
+    _print_train(out)
+
+    ranker = Ranker(registry, costs=catalog, background_reload=False)
+    art = registry.load()
+    fam_n = art.snapshot.tables["fam"].set_index("family_id")["fam_n"]
+    day = day.assign(history=day["family_id"].map(fam_n).fillna(0.0))
+    examples = _pick_examples(day, ranker)
+    for title, row, res in examples:
+        job = {k: (None if pd.isna(v) else v) for k, v in row.items()
+               if k in _job_fields()}
+        names = [r.hardware for r in res.ranking]
+        truth = dict(zip(names, fleet.true_throughput(pd.DataFrame([row] * len(names)), names,
+                                                      row["submitted_at"]), strict=True)) \
+            if names else {}
+        console.print()
+        console.print(f"[bold]{title}[/]: family {job['family_id']} ({job['model_type']}, "
+                      f"{job['trainer_count']} x {job.get('devices_per_trainer') or 1} devices, "
+                      f"batch {job['batch_size']}, {job.get('precision')})")
+        console.print(_ranking_table("preference list (best value first)", job, res, truth))
+        premium = [e for e in res.excluded if e.reason == "premium_below_threshold"]
+        others = [e for e in res.excluded if e.reason != "premium_below_threshold"]
+        for e in premium:
+            console.print(f"  [yellow]dropped premium {e.hardware}[/]: {e.detail}")
+        if others:
+            reasons = pd.Series([e.reason for e in others]).value_counts().to_dict()
+            console.print("  also left out: " + ", ".join(f"{n} {r}" for r, n in reasons.items()))
+    console.print(f"\nNext: `leap --home {ws.home} serve` and POST a job to /v1/rank, or "
+                  f"`leap --home {ws.home} rank --job job.json`.")
+
+
+def _job_fields() -> tuple[str, ...]:
+    from leap.data.schema import JOB_COLUMNS
+
+    return JOB_COLUMNS
+
+
+def _pick_examples(day: pd.DataFrame, ranker: Any) -> list[tuple[str, dict[str, Any], Any]]:
+    """A job with rich history, one of a family never seen before, and one where a premium
+    type is dropped for low predicted utilization (searched among the day's jobs)."""
+    fields = _job_fields()
+
+    def rank(row: pd.Series) -> Any:
+        job = {k: (None if pd.isna(row[k]) else row[k].item() if hasattr(row[k], "item")
+                   else row[k]) for k in fields if k in row.index}
+        return ranker.rank(job)
+
+    rng = np.random.default_rng(0)
+    picks: list[tuple[str, dict[str, Any], Any]] = []
+    seen = day[day["history"] > 20]
+    if len(seen):
+        row = seen.iloc[int(rng.integers(len(seen)))]
+        picks.append(("A job with history", row.to_dict(), rank(row)))
+    new = day[day["history"] == 0]
+    if len(new):
+        row = new.iloc[int(rng.integers(len(new)))]
+        picks.append(("A new family (no history)", row.to_dict(), rank(row)))
+    for i in rng.permutation(len(day))[:300]:
+        row = day.iloc[int(i)]
+        res = rank(row)
+        if any(e.reason == "premium_below_threshold" for e in res.excluded) and res.ranking:
+            picks.append(("A job where a premium type is filtered", row.to_dict(), res))
+            break
+    return picks
