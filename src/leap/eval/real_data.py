@@ -452,16 +452,30 @@ def attempts_predictor(fn: AttemptsFitPredict) -> FitPredict:
     return fit_predict
 
 
-def learned_predictor() -> FitPredict | None:
-    """HOOK: the learned LEAP predictor as a :data:`FitPredict`, or None while there is none.
+def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) -> np.ndarray:
+    """Train leap's nightly model on ``train`` attempts; predict samples/s of ``test`` rows.
 
-    ``leap experiment real-data`` adds it to the baselines under the name :data:`LEAP`. Wire
-    it here, e.g. ``return attempts_predictor(my_train_and_predict)`` where
-    ``my_train_and_predict(train_attempts, test_attempts, catalog)`` trains on the attempts
-    and returns predicted throughput per test attempt. It must cope with the architecture
-    columns being absent (the public tables have none).
+    The same code as ``leap train`` (:func:`leap.model.train.train_window`): history as of
+    each training row's day, the one feature path, the median objective. The tables are
+    small, so the single global model is used (a 13-way cascade over a few hundred rows
+    would leave each specialist a handful).
     """
-    return None
+    from leap.model.train import TrainConfig, train_window
+
+    frame = pd.concat([train.to_pandas(), test.to_pandas()], ignore_index=True)
+    frame["submitted_at"] = pd.to_datetime(frame["submitted_at"], utc=True)
+    frame = frame.sort_values(["submitted_at", "attempt_id"], kind="stable")
+    cfg = TrainConfig(window_days=EVAL_HISTORY_DAYS, model_kind="global")
+    wm = train_window(frame.reset_index(drop=True), catalog, EVAL_DAY, cfg)
+    return wm.artifact.predict(test.to_pandas())
+
+
+def learned_predictor() -> FitPredict | None:
+    """The learned LEAP predictor as a :data:`FitPredict` (see :func:`leap_train_and_predict`).
+
+    ``leap experiment real-data`` adds it to the baselines under the name :data:`LEAP`.
+    """
+    return attempts_predictor(leap_train_and_predict)
 
 
 def default_predictors() -> dict[str, FitPredict]:

@@ -21,7 +21,7 @@ from leap.catalog import Catalog
 from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS, PRECISIONS
 from leap.errors import ArtifactError, DataError
 from leap.features.columns import SMALL, Columns
-from leap.features.history import LEVELS, Snapshot
+from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 
 FEATURE_VERSION = 1
@@ -41,7 +41,7 @@ _PHYS = ("log_compute_sps", "log_weight_stream_sps", "log_comm_s", "comm_to_comp
 CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "precision", "model_category")
 
 # Residual levels in order of specificity: the first one with history gives `hist_est`.
-_RESIDUAL_PRIORITY = ("fam_hw_tc", "fam_hw", "fam_vendor", "fam", "mt_hw", "mt")
+_RESIDUAL_PRIORITY = ("fam_hw_tc", "fam_hw", "fam_shape", "fam_vendor", "fam", "mt_hw", "mt")
 
 
 def _history_names() -> list[str]:
@@ -187,7 +187,8 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
     # History keys as text; trainer_count as a whole number so 4 and 4.0 find the same key.
     keys = {"family_id": cols_in.text("family_id"), "model_type": cols_in.text("model_type"),
             "hardware": hardware.astype(str), "vendor": vendor.astype(str),
-            "trainer_count": cols_in.num("trainer_count").astype(np.int64).astype(str)}
+            "trainer_count": cols_in.num("trainer_count").astype(np.int64).astype(str),
+            "shape": shape_keys(cols_in)}
     for lv in LEVELS:
         block = snapshot.lookup(keys, lv)
         for j, name in enumerate(lv.stats):

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from leap.catalog import Catalog
 from leap.errors import ArtifactError
-from leap.features.columns import SMALL
+from leap.features.columns import SMALL, Columns
 from leap.features.physics import estimates
 
 KEY_SEP = "\x1f"
@@ -56,15 +56,17 @@ class Level:
 LEVELS: tuple[Level, ...] = (
     Level("fam_hw_tc", ("family_id", "hardware", "trainer_count"), ("y", "r")),
     Level("fam_hw", ("family_id", "hardware"), ("y", "r")),
+    # The same job shape on other hardware: what spec-ratio scaling transfers.
+    Level("fam_shape", ("family_id", "shape"), ("r",)),
     Level("fam_vendor", ("family_id", "vendor"), ("r",)),
     Level("fam", ("family_id",), ("r",)),
     Level("mt_hw", ("model_type", "hardware"), ("r",)),
     Level("mt", ("model_type",), ("r",)),
 )
 
-_STRING_KEYS = ("family_id", "model_type", "hardware", "vendor")
+_STRING_KEYS = ("family_id", "model_type", "hardware", "vendor", "shape")
 HISTORY_COLUMNS = ("family_id", "model_type", "hardware", "vendor", "trainer_count",
-                   "submitted_at", "y", "r")
+                   "shape", "submitted_at", "y", "r")
 
 
 def key_strings(parts: Sequence[np.ndarray]) -> np.ndarray:
@@ -76,6 +78,13 @@ def key_strings(parts: Sequence[np.ndarray]) -> np.ndarray:
     for p in parts[1:]:
         joined = joined + KEY_SEP + pd.Series(p, dtype=object)
     return joined.to_numpy(dtype=object)
+
+
+def shape_keys(jobs: Columns) -> np.ndarray:
+    """A job's shape as text: trainers, devices per trainer, per-trainer batch size."""
+    parts = [np.nan_to_num(jobs.num(c), nan=-1.0).astype(np.int64).astype(str)
+             for c in ("trainer_count", "devices_per_trainer", "batch_size")]
+    return key_strings(parts)
 
 
 def _table_keys(table: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
@@ -99,6 +108,7 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         "hardware": ok["hardware"].astype(str),
         "vendor": ok["hardware"].map(vendor_of).astype(str),
         "trainer_count": ok["trainer_count"].astype(np.int64),
+        "shape": shape_keys(Columns.from_frame(ok)),
         "submitted_at": ok["submitted_at"],
         "y": y,
         # Without a physics estimate (no FLOPs or parameter counts) the residual is the log

@@ -92,8 +92,14 @@ from leap.features.columns import SMALL, Columns
         mem_fit = params * TRAIN_BYTES_PER_PARAM / shard / (mem_gb * 1e9)
         comm_ratio = comm_s / np.fmax(compute_step_s, weight_step_s)
         log_comm = np.log(comm_s)
-    # Without FLOPs the estimate falls back to streaming the weights; without both, NaN.
-    log_phys = np.where(np.isfinite(log_phys), log_phys, log_stream)
+    # Without FLOPs the estimate falls back to streaming the weights; without the parameter
+    # count too, to a pure hardware-speed proxy (devices x geometric mean of peak FLOP/s and
+    # memory bandwidth, in arbitrary units): history residuals over it still transfer a
+    # family's level across hardware, as spec-ratio scaling does.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_proxy = np.log(devices) + 0.5 * np.log(peak / 1e12) + 0.5 * np.log(mem_bw / 1e9)
+    log_phys = np.where(np.isfinite(log_phys), log_phys,
+                        np.where(np.isfinite(log_stream), log_stream, log_proxy))
     return {
         "log_compute_sps": _finite(log_compute),
         "log_weight_stream_sps": _finite(log_stream),

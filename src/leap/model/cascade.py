@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import lightgbm as lgb
@@ -80,6 +80,10 @@ def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
     all rows the same quantile gradient, no split gains anything, and boosting stops at once.
     """
     offset = float(np.median(y - base))
+    # Leaves need enough rows to take a median from, but a small training set (a few hundred
+    # public benchmark rows) must still be able to split: scale the minimum with the data.
+    params = replace(params, min_data_in_leaf=min(params.min_data_in_leaf,
+                                                  max(5, len(y) // 100)))
     train_set = _dataset(X, y, base + offset, names, categorical, params.max_bin)
     valid_sets = []
     callbacks: list[Callable[..., Any]] = []
