@@ -209,7 +209,12 @@ class Catalog(Mapping[str, Hardware]):
 
     def spec_matrix(self, names: list[str] | np.ndarray) -> np.ndarray:
         """Float matrix of :data:`SPEC_COLUMNS` for ``names`` (rows follow ``names``)."""
-        table = {n: [float(getattr(h, c)) for c in SPEC_COLUMNS] for n, h in self.items()}
+        # Entries never change after construction: build the per-name rows once (this runs
+        # on every launch-time ranking).
+        table = self.__dict__.get("_spec_rows")
+        if table is None:
+            table = {n: [float(getattr(h, c)) for c in SPEC_COLUMNS] for n, h in self.items()}
+            self._spec_rows = table
         return np.array([table[n] for n in names], dtype=np.float64).reshape(-1,
                                                                           len(SPEC_COLUMNS))
 

@@ -1,0 +1,231 @@
+"""Benchmark: `leap serve` over loopback HTTP under a fixed request rate, then at saturation.
+
+Starts the real server (``python -m leap serve``) in its own process, then drives
+``POST /v1/rank`` (one job x 20 candidate types) from an async httpx loop in this process:
+
+1. open loop at ``--rate`` requests/s for ``--duration`` s (default 200/s for 60 s, so 12,000
+   requests): latency is measured from each request's *scheduled* send time, so a stalled
+   server cannot hide queueing (no coordinated omission); target p99 < 25 ms, zero errors;
+2. closed loop with ``--workers`` concurrent callers for ``--saturate`` s: the most it serves.
+
+Counts and time are bounded. Prints the figures and writes bench/results/bench_http.json.
+
+    python bench/bench_http.py [--home DIR] [--rate 200] [--duration 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_rank import CANDIDATES, RESULTS, bench_workspace, recent_jobs
+
+TARGET_P99_MS = 25.0
+JSON = {"content-type": "application/json"}
+# A ranked answer has "reason":null; checking the bytes spares the client a JSON parse.
+OK_MARK = b'"reason":null'
+
+
+def run(coro: Any) -> Any:
+    """Run the load loop on uvloop when it is installed (the client's CPU is on the clock)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(home: Path, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(home), "serve",
+                             "--port", str(port), "--log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise SystemExit(f"server exited: {err}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).json()["status"] == "ok":
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit("server did not become healthy within 120 s")
+
+
+def summary(lat_ms: list[float], wall_s: float, errors: int, sent: int) -> dict[str, Any]:
+    a = np.asarray(lat_ms) if lat_ms else np.asarray([np.nan])
+    return {"requests": sent, "ok": len(lat_ms), "errors": errors, "wall_s": wall_s,
+            "throughput_rps": len(lat_ms) / wall_s if wall_s else 0.0,
+            "p50_ms": float(np.percentile(a, 50)), "p90_ms": float(np.percentile(a, 90)),
+            "p99_ms": float(np.percentile(a, 99)), "max_ms": float(np.max(a))}
+
+
+async def open_loop(base: str, bodies: list[bytes], rate: float,
+                    duration_s: float, max_in_flight: int) -> dict[str, Any]:
+    total = int(rate * duration_s)
+    lat: list[float] = []
+    service: list[float] = []
+    errors = 0
+    sem = asyncio.Semaphore(max_in_flight)
+    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+    async with httpx.AsyncClient(base_url=base, timeout=10.0, limits=limits) as client:
+        async def one(i: int, scheduled: float) -> None:
+            nonlocal errors
+            async with sem:
+                sent = time.perf_counter()
+                try:
+                    r = await client.post("/v1/rank", content=bodies[i % len(bodies)],
+                                          headers=JSON)
+                    done = time.perf_counter()
+                    if r.status_code != 200 or OK_MARK not in r.content:
+                        errors += 1
+                        return
+                except httpx.HTTPError:
+                    errors += 1
+                    return
+            lat.append((done - scheduled) * 1e3)
+            service.append((done - sent) * 1e3)
+
+        t0 = time.perf_counter()
+        tasks = []
+        for i in range(total):
+            scheduled = t0 + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i, scheduled)))
+        await asyncio.gather(*tasks)
+        wall = time.perf_counter() - t0
+    out = summary(lat, wall, errors, total)
+    out["target_rate_rps"] = rate
+    s = np.asarray(service) if service else np.asarray([np.nan])
+    out["service_p50_ms"] = float(np.percentile(s, 50))
+    out["service_p99_ms"] = float(np.percentile(s, 99))
+    return out
+
+
+async def closed_loop(base: str, bodies: list[bytes], workers: int,
+                      duration_s: float, max_requests: int) -> dict[str, Any]:
+    lat: list[float] = []
+    errors = 0
+    sent = 0
+    async with httpx.AsyncClient(base_url=base, timeout=10.0) as client:
+        stop_at = time.perf_counter() + duration_s
+
+        async def worker(w: int) -> None:
+            nonlocal errors, sent
+            i = w
+            while time.perf_counter() < stop_at and sent < max_requests:
+                sent += 1
+                t = time.perf_counter()
+                try:
+                    r = await client.post("/v1/rank", content=bodies[i % len(bodies)],
+                                          headers=JSON)
+                    if r.status_code != 200 or OK_MARK not in r.content:
+                        errors += 1
+                    else:
+                        lat.append((time.perf_counter() - t) * 1e3)
+                except httpx.HTTPError:
+                    errors += 1
+                i += workers
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(workers)))
+        wall = time.perf_counter() - t0
+    out = summary(lat, wall, errors, sent)
+    out["workers"] = workers
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--home", type=Path, default=None, help="workspace with a published model")
+    ap.add_argument("--rate", type=float, default=200.0, help="requests per second")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of open-loop load")
+    ap.add_argument("--max-in-flight", type=int, default=32)
+    ap.add_argument("--saturate", type=float, default=10.0, help="seconds of closed-loop load")
+    ap.add_argument("--workers", type=int, default=8)
+    args = ap.parse_args()
+    if args.rate * args.duration > 100_000:
+        raise SystemExit("refusing more than 100,000 requests; lower --rate or --duration")
+
+    home = bench_workspace(args.home)
+    bodies = [json.dumps({"job": j, "candidates": CANDIDATES}).encode()
+              for j in recent_jobs(home, 2000)]
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_server(home, port)
+    try:
+        run(open_loop(base, bodies, args.rate, 3.0, args.max_in_flight))  # warm-up
+        server0, client0 = cpu_s(proc.pid), time.process_time()
+        steady = run(open_loop(base, bodies, args.rate, args.duration, args.max_in_flight))
+        # CPU per request does not depend on what else the machine runs: one free core
+        # serves about 1000 / server_cpu_ms requests per second.
+        steady["server_cpu_ms_per_request"] = (cpu_s(proc.pid) - server0) * 1e3 / max(
+            steady["requests"], 1)
+        steady["client_cpu_ms_per_request"] = (time.process_time() - client0) * 1e3 / max(
+            steady["requests"], 1)
+        sat = run(closed_loop(base, bodies, args.workers, args.saturate,
+                              max_requests=int(args.saturate * 2000)))
+        metrics = httpx.get(f"{base}/metrics", timeout=5).text
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    fail_open = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                    if line.startswith("leap_fail_open_total{"))
+    print(f"open loop {args.rate:.0f} req/s x {args.duration:.0f} s ({steady['requests']:,} "
+          f"requests, 1 job x {len(CANDIDATES)} types each):")
+    print(f"  served {steady['throughput_rps']:.1f} req/s, errors {steady['errors']}, latency "
+          f"p50 {steady['p50_ms']:.1f} ms  p90 {steady['p90_ms']:.1f}  p99 "
+          f"{steady['p99_ms']:.1f}  max {steady['max_ms']:.0f}")
+    print(f"  (time on the wire only: p50 {steady['service_p50_ms']:.1f} ms, p99 "
+          f"{steady['service_p99_ms']:.1f} ms)")
+    print(f"  CPU per request: server {steady['server_cpu_ms_per_request']:.2f} ms (one free "
+          f"core: ~{1000 / steady['server_cpu_ms_per_request']:.0f} req/s), load generator "
+          f"{steady['client_cpu_ms_per_request']:.2f} ms")
+    print(f"closed loop, {args.workers} callers x {args.saturate:.0f} s: "
+          f"{sat['throughput_rps']:.0f} req/s, p50 {sat['p50_ms']:.1f} ms, p99 "
+          f"{sat['p99_ms']:.1f} ms, errors {sat['errors']}")
+    ok = steady["p99_ms"] < TARGET_P99_MS and steady["errors"] == 0
+    print(f"target p99 < {TARGET_P99_MS:.0f} ms at {args.rate:.0f} req/s with zero errors: "
+          f"{'met' if ok else 'MISSED'} (server fail-open count {fail_open:.0f}; load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
+    out = {"bench": "http", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
+           "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
+           "open_loop": steady, "closed_loop": sat, "server_fail_open": fail_open,
+           "target_p99_ms": TARGET_P99_MS, "target_met": ok}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_http.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {RESULTS / 'bench_http.json'}")
+
+
+if __name__ == "__main__":
+    main()

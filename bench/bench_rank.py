@@ -1,0 +1,184 @@
+"""Benchmark: in-process ranking of one job over 20 candidate types (warm), p50/p99 latency.
+
+Target (issue 4): p99 < 5 ms. Uses the published model of ``--home`` when given, else builds
+(once, cached under bench/results/ws-bench-*) a simulated fleet and a cascade model. Jobs are
+recent attempts of the store (real families, so history lookups hit). Also reports the median
+of each stage (encode, model) and of the same encode fed from a DataFrame.
+Prints the figures and writes bench/results/bench_rank.json.
+
+    python bench/bench_rank.py [--home DIR] [--calls 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGET_P99_MS = 5.0
+CANDIDATES = ["V100-SXM2-32GB", "T4", "A10G", "A10", "L4", "L40S", "A100-PCIe-40GB",
+              "A100-SXM4-80GB", "H100-PCIe", "H100-SXM", "H100-NVL", "H200", "B200", "MI250X",
+              "MI300X", "Gaudi2", "Gaudi3", "TPU-v5e", "TPU-v5p", "Trainium2"]
+
+
+def bench_workspace(home: Path | None, *, per_day: int = 4000, days: int = 12,
+                    model: str = "cascade") -> Path:
+    """A workspace with a published model: ``home`` as is, or a cached simulated one."""
+    if home is not None:
+        return home
+    from leap.catalog import Catalog
+    from leap.config import Workspace
+    from leap.data.store import Store
+    from leap.errors import ArtifactError
+    from leap.model.artifact import Registry
+    from leap.model.train import TrainConfig, train_nightly
+    from leap.sim.run import DEFAULT_START, simulate
+    from leap.sim.scenario import Scenario
+
+    ws = Workspace(RESULTS / f"ws-bench-{model}-{per_day}x{days}")
+    if (ws.models_dir / "LATEST").is_file():
+        try:
+            Registry(ws.models_dir).load()
+            return ws.home
+        except ArtifactError as exc:  # cached by an older leap: rebuild it
+            print(f"rebuilding the bench workspace ({exc})")
+            shutil.rmtree(ws.home)
+    ws.ensure()
+    t0 = time.perf_counter()
+    scenario = Scenario.load().override(attempts_per_day=per_day,
+                                        initial_families=per_day // 3,
+                                        n_model_types=max(per_day // 40, 30),
+                                        new_families_per_day=per_day / 200)
+    with Store(ws.store_path) as store:
+        simulate(store, Catalog.default(), scenario, days=days, seed=11)
+        print(f"simulated {per_day * days:,} attempts in {time.perf_counter() - t0:.0f} s")
+        t1 = time.perf_counter()
+        train_nightly(store, Catalog.default(), Registry(ws.models_dir),
+                      as_of=DEFAULT_START + timedelta(days=days - 1),
+                      cfg=TrainConfig(window_days=days - 2, model_kind=model))
+        print(f"trained a {model} model in {time.perf_counter() - t1:.0f} s")
+    return ws.home
+
+
+def recent_jobs(home: Path, n: int) -> list[dict[str, Any]]:
+    """Launch-time fields of the store's most recent attempts."""
+    from leap.config import Workspace
+    from leap.data.schema import JOB_COLUMNS
+    from leap.data.store import Store
+
+    with Store(Workspace(home).store_path, read_only=True) as store:
+        rows = store.attempts().to_pylist()[-n:]
+    return [{k: v for k, v in r.items() if k in JOB_COLUMNS and v is not None} for r in rows]
+
+
+def model_size(artifact: Any) -> dict[str, Any]:
+    m = artifact.model
+    boosters = [m.router_, *m.specialists_] if m.kind == "cascade" else [m.booster_]
+    return {"kind": m.kind, "boosters": len(boosters),
+            "trees": int(sum(b.num_trees() for b in boosters)),
+            "router_trees": int(boosters[0].num_trees()) if m.kind == "cascade" else None}
+
+
+def percentiles(ms: np.ndarray) -> dict[str, float]:
+    return {"p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
+            "mean_ms": float(ms.mean())}
+
+
+def time_calls(ranker: Any, jobs: list[dict[str, Any]], calls: int) -> np.ndarray:
+    for job in jobs[:200]:  # warm-up: caches, allocator, branch predictors
+        ranker.rank(job, CANDIDATES)
+    out = np.empty(calls)
+    for i in range(calls):
+        job = jobs[i % len(jobs)]
+        t0 = time.perf_counter()
+        r = ranker.rank(job, CANDIDATES)
+        out[i] = (time.perf_counter() - t0) * 1e3
+        if r.reason is not None:
+            raise SystemExit(f"ranking failed open: {r.reason}")
+    return out
+
+
+def time_stages(serving: Any, jobs: list[dict[str, Any]], calls: int) -> dict[str, float]:
+    """Median ms of each stage: typed-Columns encode, the model, and the DataFrame path."""
+    from leap.features.encode import encode, jobs_frame
+    from leap.rank.ranker import normalize_job
+
+    art = serving.artifact
+    enc, model, frame_path = [], [], []
+    for i in range(calls):
+        values, _ = normalize_job(jobs[i % len(jobs)])
+        t0 = time.perf_counter()
+        X = serving.encode(values, CANDIDATES)
+        t1 = time.perf_counter()
+        serving.predict_log(X)
+        t2 = time.perf_counter()
+        base = {k: v for k, v in values.items() if v is not None}
+        encode(jobs_frame([{**base, "hardware": h} for h in CANDIDATES]), art.snapshot,
+               art.catalog, serving.full_spec)
+        t3 = time.perf_counter()
+        enc.append(t1 - t0)
+        model.append(t2 - t1)
+        frame_path.append(t3 - t2)
+    return {"encode_ms": float(np.median(enc) * 1e3), "model_ms": float(np.median(model) * 1e3),
+            "encode_dataframe_path_ms": float(np.median(frame_path) * 1e3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--home", type=Path, default=None, help="workspace with a published model")
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--per-day", type=int, default=4000, help="simulated attempts per day")
+    ap.add_argument("--days", type=int, default=12)
+    args = ap.parse_args()
+
+    from leap.model.artifact import Registry
+    from leap.rank.ranker import Ranker
+
+    home = bench_workspace(args.home, per_day=args.per_day, days=args.days)
+    ranker = Ranker(Registry(home / "models"), background_reload=False)
+    serving = ranker.serving
+    if serving is None:
+        raise SystemExit(f"no model: {ranker.watcher.error}")
+    jobs = recent_jobs(home, 2000)
+    size = model_size(serving.artifact)
+    print(f"model {serving.version}: {size}")
+
+    cpu0 = time.process_time()
+    ms = time_calls(ranker, jobs, args.calls)
+    f = percentiles(ms)
+    # CPU per call (warm-up included) does not depend on what else the machine runs.
+    f["cpu_ms_per_call"] = (time.process_time() - cpu0) * 1e3 / (args.calls + 200)
+    stages = time_stages(serving, jobs, 300)
+    print(f"rank 1 job x {len(CANDIDATES)} types, {args.calls:,} calls (warm): p50 "
+          f"{f['p50_ms']:.2f} ms  p90 {f['p90_ms']:.2f}  p99 {f['p99_ms']:.2f}  "
+          f"max {f['max_ms']:.1f}")
+    print(f"  CPU per call {f['cpu_ms_per_call']:.2f} ms; median stages: encode "
+          f"{stages['encode_ms']:.2f} ms, model "
+          f"{stages['model_ms']:.2f} ms (the same encode from a DataFrame: "
+          f"{stages['encode_dataframe_path_ms']:.2f} ms)")
+    ok = f["p99_ms"] < TARGET_P99_MS
+    print(f"target p99 < {TARGET_P99_MS} ms: {'met' if ok else 'MISSED'}; load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    out = {"bench": "rank", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
+           "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
+           "model": size,
+           "model_version": serving.version, "candidates": len(CANDIDATES),
+           "calls": args.calls, "latency": f, "stages": stages,
+           "target_p99_ms": TARGET_P99_MS, "target_met": ok}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_rank.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {RESULTS / 'bench_rank.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""CLI: `leap rank` (one job's preference list) and `leap serve` (the HTTP service)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from leap.cli import app, console, err_console, guarded, print_json, workspace
+from leap.config import Workspace
+from leap.errors import ConfigError, DataError
+
+DEFAULT_PORT = 8787
+
+
+def _si(x: float | None) -> str:
+    if x is None or x != x:
+        return "—"
+    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def read_request(path: Path) -> dict[str, Any]:
+    """A rank request from a JSON file (``-`` = stdin): a bare job, or ``{"job": ...}``."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text("utf-8")
+    except OSError as exc:
+        raise DataError(f"cannot read job file {path}: {exc.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise DataError(f"{path}: expected a JSON object (a job, or {{\"job\": {{...}}}}), got "
+                        f"{type(doc).__name__}")
+    return doc if isinstance(doc.get("job"), dict) else {"job": doc}
+
+
+def _validate(request: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from leap.serve.payloads import RankRequest
+
+    try:
+        return RankRequest.model_validate(request)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        got = repr(first.get("input"))
+        raise DataError(f"{where}: {first['msg']} (got {got[:80]})") from None
+
+
+def _costs(ws: Workspace) -> Any:
+    from leap.catalog import Catalog
+
+    # Your catalog's prices apply without retraining; without one, the model's snapshot.
+    return Catalog.load(ws.catalog_path) if ws.catalog_path else None
+
+
+@app.command(epilog="Example: leap rank --job job.json --candidates H100-SXM,A100-SXM4-80GB,L4 "
+             "--json")
+@guarded
+def rank(
+    ctx: typer.Context,
+    job: Path = typer.Option(..., "--job", help="JSON file ('-' = stdin) with the job's "
+                             "launch-time fields, or a rank request {\"job\": {...}, "
+                             "\"candidates\": [...]}."),
+    candidates: str = typer.Option(None, "--candidates", help="Comma-separated eligible "
+                                   "types (default: the whole catalog)."),
+    objective: str = typer.Option(None, "--objective", help="value (samples per unit cost, "
+                                  "default) or throughput (fastest within the budget)."),
+    max_cost_per_hour: float = typer.Option(None, "--max-cost-per-hour", help="Budget: leave "
+                                            "out types that cost more per hour."),
+    premium_min_speedup: float = typer.Option(1.25, "--premium-min-speedup", help="Speed-up "
+                                              "a premium type needs when the job has no "
+                                              "flops_per_sample."),
+    version: str = typer.Option(None, "--version", help="Model version (default: latest)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the HTTP response object."),
+) -> None:
+    """Rank the eligible accelerator types of one job by value (the preference list)."""
+    from leap.model.artifact import Registry
+    from leap.rank.ranker import Ranker
+    from leap.serve.payloads import RankResponse
+
+    request = read_request(job)
+    if candidates:
+        request["candidates"] = [c.strip() for c in candidates.split(",") if c.strip()]
+    if objective is not None:
+        request["objective"] = objective
+    if max_cost_per_hour is not None:
+        request["max_cost_per_hour"] = max_cost_per_hour
+    req = _validate(request)
+    ws = workspace(ctx)
+    registry = Registry(ws.models_dir)
+    source = registry.load(version) if version else registry
+    ranker = Ranker(source, costs=_costs(ws), premium_min_speedup=premium_min_speedup,
+                    background_reload=False)
+    result = ranker.rank(req.job.launch_fields(), req.candidates, objective=req.objective,
+                         max_cost_per_hour=req.max_cost_per_hour, strict=True)
+    out = RankResponse.model_validate(result.to_dict()).model_dump(mode="json")
+    if as_json:
+        print_json(out)
+        return
+    _print_ranking(out)
+
+
+def _print_ranking(out: dict[str, Any]) -> None:
+    if out["reason"]:
+        console.print(f"[yellow]no ranking (fail-open):[/] {out['reason']}", highlight=False)
+    if out["ranking"]:
+        by = "value" if out["objective"] == "value" else "predicted throughput"
+        t = Table(title=f"preference list by {by}")
+        for col in ("#", "hardware", "samples/s", "cost/hour", "samples per cost", "MFU",
+                    "speed-up"):
+            t.add_column(col, justify="right" if col != "hardware" else "left")
+        t.add_column("flags", overflow="fold")
+        for i, r in enumerate(out["ranking"], start=1):
+            mfu = r["predicted_utilization"]
+            t.add_row(str(i), r["hardware"], _si(r["predicted_throughput"]),
+                      f"{r['cost_per_hour']:.2f}", _si(r["value"]),
+                      "—" if mfu is None else f"{100 * mfu:.1f}%",
+                      "—" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+                      ", ".join(r["flags"]))
+        console.print(t)
+    if out["excluded"]:
+        t = Table(title="left out")
+        for col in ("hardware", "reason", "detail"):
+            t.add_column(col)
+        for e in out["excluded"]:
+            t.add_row(e["hardware"], e["reason"], e["detail"])
+        console.print(t)
+    if out["ignored_fields"]:
+        console.print(f"[yellow]ignored job fields:[/] {', '.join(out['ignored_fields'])}")
+    console.print(f"model {out['model_version'] or '—'}, {out['latency_ms']:.1f} ms")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command(epilog="Example: leap serve --port 8787   then   curl -s "
+             "http://127.0.0.1:8787/healthz   (OpenAPI at /docs)")
+@guarded
+def serve(
+    ctx: typer.Context,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. Anything but "
+                             "loopback needs --token."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", min=0, max=65535, help="TCP port."),
+    token: str = typer.Option(None, "--token", envvar="LEAP_TOKEN", show_default=False,
+                              help="Require 'Authorization: Bearer TOKEN' on every endpoint "
+                              "but /healthz (or set LEAP_TOKEN)."),
+    insecure_no_token: bool = typer.Option(False, "--insecure-no-token", help="Bind a "
+                                           "non-loopback address without a token."),
+    check_interval: float = typer.Option(1.0, "--check-interval", min=0.05, help="Seconds "
+                                         "between looks for a newly published model."),
+    premium_min_speedup: float = typer.Option(1.25, "--premium-min-speedup", help="Speed-up "
+                                              "a premium type needs when a job has no "
+                                              "flops_per_sample."),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+) -> None:
+    """Serve rank/predict over HTTP; picks up newly published models without a restart."""
+    if not _is_loopback(host) and not token and not insecure_no_token:
+        raise ConfigError(f"--host {host} exposes the service beyond this machine; set --token "
+                          "(or LEAP_TOKEN), or pass --insecure-no-token")
+    import uvicorn
+
+    from leap.model.artifact import Registry
+    from leap.rank.ranker import Ranker
+    from leap.serve.app import create_app
+
+    ws = workspace(ctx)
+    ranker = Ranker(Registry(ws.models_dir), costs=_costs(ws),
+                    premium_min_speedup=premium_min_speedup, check_interval_s=check_interval)
+    version = ranker.model_version
+    if version is None:
+        err_console.print(f"[yellow]warning:[/] {ranker.watcher.error}; serving anyway (rank "
+                          "answers fail open until a model is published)", highlight=False)
+    err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
+                      f"(docs at /docs{', token required' if token else ''})", highlight=False)
+    uvicorn.run(create_app(ranker, token=token, poll_interval_s=check_interval), host=host,
+                port=port, log_level=log_level, access_log=False)

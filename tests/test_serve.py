@@ -1,0 +1,352 @@
+"""`leap serve` over real HTTP on loopback: rank, predict, ops endpoints, 422s, fail-open,
+hot reload, token, and a schema-driven fuzz."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
+
+from leap.config import Workspace
+from leap.model.artifact import Registry
+from leap.rank.ranker import Ranker
+from leap.serve.app import create_app
+from leap.serve.payloads import ModelInfo, PredictResponse, RankResponse
+
+# The ranker fixtures are shared with test_rank (candidates for tests/conftest.py).
+from test_rank import copy_models, jobs, publish_copy, ranker  # noqa: F401
+
+TIMEOUT = httpx.Timeout(20.0)
+
+
+@contextlib.contextmanager
+def serving(app: FastAPI) -> Iterator[str]:
+    """Run ``app`` with uvicorn in a thread on a free loopback port; yield its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def url(ranker: Ranker) -> Iterator[str]:  # noqa: F811
+    with serving(create_app(ranker)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def http(url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=url, timeout=TIMEOUT) as client:
+        yield client
+
+
+def wait_for(predicate: Any, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+# The endpoints ----------------------------------------------------------------------------
+def test_rank_endpoint_matches_the_library(http: httpx.Client, ranker: Ranker,  # noqa: F811
+                                           jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    resp = http.post("/v1/rank", json={"job": jobs[0], "candidates": ["H100-SXM", "L4", "T4",
+                                                                      "B200"]})
+    assert resp.status_code == 200
+    body = resp.json()
+    assert {"ranking", "excluded", "model_version", "reason", "objective",
+            "latency_ms"} <= set(body)
+    first = body["ranking"][0]
+    assert {"hardware", "predicted_throughput", "cost_per_hour", "value",
+            "predicted_utilization", "flags"} <= set(first)
+    local = ranker.rank(jobs[0], ["H100-SXM", "L4", "T4", "B200"])
+    assert [e["hardware"] for e in body["ranking"]] == [e.hardware for e in local.ranking]
+    assert body["model_version"] == ranker.model_version and body["reason"] is None
+    assert RankResponse.model_validate(body).ranking[0].value == pytest.approx(
+        local.ranking[0].value)
+
+
+def test_rank_reports_ignored_fields_and_objective(http: httpx.Client,
+                                                   jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    resp = http.post("/v1/rank", json={"job": {**jobs[0], "throughput": 1.0, "typo_field": 2},
+                                       "objective": "throughput", "max_cost_per_hour": 50})
+    body = resp.json()
+    assert resp.status_code == 200 and body["objective"] == "throughput"
+    assert body["ignored_fields"] == ["throughput", "typo_field"]
+    assert all(e["cost_per_hour"] <= 50 for e in body["ranking"])
+
+
+def test_predict_endpoint(http: httpx.Client, ranker: Ranker,  # noqa: F811
+                          jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    req = {"jobs": [jobs[0], {**jobs[1], "hardware": "L4"}], "candidates": ["H100-SXM", "T4"]}
+    resp = http.post("/v1/predict", json=req)
+    assert resp.status_code == 200
+    out = PredictResponse.model_validate_json(resp.content)
+    assert out.reason is None and len(out.predictions) == 3
+    local = ranker.predict(req["jobs"], ["H100-SXM", "T4"]).frame
+    assert [p.predicted_throughput for p in out.predictions] == pytest.approx(
+        local["predicted_throughput"].tolist(), rel=1e-12)
+    assert [p.hardware for p in out.predictions] == local["hardware"].tolist()
+
+
+def test_health_and_model_info(http: httpx.Client, ranker: Ranker) -> None:  # noqa: F811
+    health = http.get("/healthz").json()
+    assert health == {"status": "ok", "model_version": ranker.model_version, "reason": None}
+    info = ModelInfo.model_validate(http.get("/v1/model").json())
+    assert info.version == ranker.model_version
+    assert info.window_start and info.window_end and info.as_of
+    assert "train_rows" in info.metrics
+    assert "H100-SXM" in info.hardware
+
+
+def _metrics(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = http.get("/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_metrics(http: httpx.Client, ranker: Ranker,  # noqa: F811
+                 jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    before = _metrics(http)
+    for _ in range(3):
+        assert http.post("/v1/rank", json={"job": jobs[0]}).status_code == 200
+    http.post("/v1/rank", json={"job": {"family_id": "x"}})
+    m = _metrics(http)
+    ok = ("leap_http_requests_total", (("method", "POST"), ("path", "/v1/rank"),
+                                       ("status", "200")))
+    bad = ("leap_http_requests_total", (("method", "POST"), ("path", "/v1/rank"),
+                                        ("status", "422")))
+    assert m[ok] - before.get(ok, 0) == 3
+    assert m[bad] - before.get(bad, 0) == 1
+    count = ("leap_http_request_duration_seconds_count", (("path", "/v1/rank"),))
+    assert m[count] - before.get(count, 0) == 4
+    assert ("leap_http_request_duration_seconds_bucket",
+            (("le", "0.025"), ("path", "/v1/rank"))) in m
+    assert m[("leap_model_info", (("version", ranker.model_version),))] == 1.0
+    assert m[("leap_model_loaded", ())] == 1.0
+    assert ("leap_fail_open_total", (("reason", "prediction_failed"),)) in m
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"job": {"model_type": "m", "trainer_count": 1, "batch_size": 1}}, "job.family_id"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 0, "batch_size": 1}},
+     "job.trainer_count"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": "many", "batch_size": 1}},
+     "job.trainer_count"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1,
+              "precision": "bf61"}}, "job.precision"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1,
+              "num_params": -5}}, "job.num_params"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1},
+      "candidate": ["L4"]}, "candidate"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1},
+      "candidates": []}, "candidates"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1},
+      "candidates": ["H10O"]}, "candidates: unknown hardware 'H10O'; did you mean"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1},
+      "objective": "cheapest"}, "objective"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1},
+      "max_cost_per_hour": -1}, "max_cost_per_hour"),
+    ([1, 2], "body"),
+    ({}, "job"),
+])
+def test_bad_rank_requests_are_422_naming_the_field(http: httpx.Client, body: Any,
+                                                    field: str) -> None:
+    resp = http.post("/v1/rank", json=body)
+    assert resp.status_code == 422
+    assert field in resp.json()["detail"]
+
+
+def test_malformed_json_and_bad_predict_requests(http: httpx.Client,
+                                                 jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    resp = http.post("/v1/rank", content=b"{not json", headers={"content-type":
+                                                                "application/json"})
+    assert resp.status_code == 422 and "json" in resp.json()["detail"].lower()
+    assert http.post("/v1/predict", json={"jobs": []}).status_code == 422
+    resp = http.post("/v1/predict", json={"jobs": [jobs[0]], "candidates": ["T44"]})
+    assert resp.status_code == 422 and "did you mean" in resp.json()["detail"]
+    app = create_app(Ranker(Path("/nonexistent/models"), background_reload=False),
+                     max_predict_rows=5)
+    with serving(app) as base:
+        resp = httpx.post(f"{base}/v1/predict", json={"jobs": [jobs[0]] * 3,
+                                                      "candidates": ["L4", "T4"]}, timeout=TIMEOUT)
+    assert resp.status_code == 422 and "more than 5" in resp.json()["detail"]
+
+
+def test_openapi_and_docs(http: httpx.Client) -> None:
+    spec = http.get("/openapi.json").json()
+    assert {"/v1/rank", "/v1/predict", "/healthz", "/v1/model", "/metrics"} <= set(spec["paths"])
+    assert "422" in spec["paths"]["/v1/rank"]["post"]["responses"]
+    assert http.get("/docs").status_code == 200
+
+
+# Fail-open --------------------------------------------------------------------------------
+def test_broken_artifact_fails_open_then_recovers(trained_workspace: Workspace, tmp_path: Path,
+                                                  jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    reg = copy_models(trained_workspace, tmp_path / "models")
+    good = reg.latest_version()
+    publish_copy(reg, "29990101-01", corrupt="model")
+    rk = Ranker(reg, check_interval_s=0.05)
+    with serving(create_app(rk, poll_interval_s=0.05)) as base, \
+            httpx.Client(base_url=base, timeout=TIMEOUT) as c:
+        resp = c.post("/v1/rank", json={"job": jobs[0]})
+        assert resp.status_code == 200
+        body = resp.json()
+        assert body["ranking"] == [] and body["reason"].startswith("no_model:")
+        assert "29990101-01 failed to load" in body["reason"]
+        assert c.get("/healthz").json()["status"] == "degraded"
+        p = c.post("/v1/predict", json={"jobs": [jobs[0]], "candidates": ["L4"]})
+        assert p.status_code == 200 and p.json()["predictions"] == []
+        m = _metrics(c)
+        assert m[("leap_fail_open_total", (("reason", "no_model"),))] == 2
+        assert m[("leap_model_loaded", ())] == 0.0
+        assert m[("leap_model_reload_failures_total", ())] == 1.0
+        reg.rollback(to=good)  # a good model is published again: picked up without restart
+        wait_for(lambda: c.get("/healthz").json()["status"] == "ok")
+        assert c.post("/v1/rank", json={"job": jobs[0]}).json()["ranking"]
+
+
+def test_a_bug_in_prediction_fails_open(http: httpx.Client, ranker: Ranker,  # noqa: F811
+                                        jobs: list[dict[str, Any]],  # noqa: F811
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_: Any, **__: Any) -> Any:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(ranker.serving.artifact.model, "predict", boom)  # type: ignore[union-attr]
+    resp = http.post("/v1/rank", json={"job": jobs[0]})
+    assert resp.status_code == 200
+    assert resp.json()["ranking"] == []
+    assert resp.json()["reason"] == "prediction_failed: ZeroDivisionError: a bug"
+
+
+# Hot reload -------------------------------------------------------------------------------
+def test_hot_reload_without_dropping_requests(trained_workspace: Workspace, tmp_path: Path,
+                                              jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    reg = copy_models(trained_workspace, tmp_path / "models")
+    old = reg.latest_version()
+    rk = Ranker(reg, check_interval_s=0.05)
+    seen: list[list[tuple[int, str | None, str | None]]] = [[], []]
+    stop = threading.Event()
+    with serving(create_app(rk, poll_interval_s=0.05)) as base:
+        def hammer(out: list[tuple[int, str | None, str | None]]) -> None:
+            with httpx.Client(base_url=base, timeout=TIMEOUT) as c:
+                while not stop.is_set() and len(out) < 2000:
+                    r = c.post("/v1/rank", json={"job": jobs[0]})
+                    body = r.json()
+                    out.append((r.status_code, body.get("model_version"), body.get("reason")))
+
+        threads = [threading.Thread(target=hammer, args=(s,)) for s in seen]
+        for t in threads:
+            t.start()
+        wait_for(lambda: all(len(s) > 5 for s in seen))
+        publish_copy(reg, "29990101-01")
+        wait_for(lambda: all(s and s[-1][1] == "29990101-01" for s in seen))
+        time.sleep(0.2)
+        stop.set()
+        for t in threads:
+            t.join(20)
+    for s in seen:
+        assert all(code == 200 and reason is None for code, _, reason in s), "none dropped"
+        versions = [v for _, v, _ in s]
+        switch = versions.index("29990101-01")
+        assert switch > 0 and set(versions[:switch]) == {old}
+        assert set(versions[switch:]) == {"29990101-01"}, "never back to the old model"
+
+
+# Token ------------------------------------------------------------------------------------
+def test_bearer_token(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    with serving(create_app(ranker, token="s3cret")) as base, \
+            httpx.Client(base_url=base, timeout=TIMEOUT) as c:
+        body = {"job": jobs[0]}
+        no = c.post("/v1/rank", json=body)
+        assert no.status_code == 401 and no.headers["www-authenticate"] == "Bearer"
+        assert "Authorization: Bearer" in no.json()["detail"]
+        assert c.post("/v1/rank", json=body, headers={"Authorization": "Bearer nope"}
+                      ).status_code == 401
+        assert c.get("/metrics").status_code == 401
+        assert c.get("/healthz").status_code == 200, "probes need no token"
+        ok = c.post("/v1/rank", json=body, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["ranking"]
+
+
+def test_leap_serve_command(trained_workspace: Workspace) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "LEAP_TOKEN": "tok"}
+    proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(trained_workspace.home),
+                             "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            try:
+                return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                return False
+
+        wait_for(up, 60)
+        assert httpx.get(f"{base}/v1/model").status_code == 401
+        info = httpx.get(f"{base}/v1/model", headers={"Authorization": "Bearer tok"}).json()
+        assert info["version"] == Registry(trained_workspace.models_dir).latest_version()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+# Fuzz from the OpenAPI schema ---------------------------------------------------------------
+def test_fuzz_from_openapi_schema_gives_no_5xx(url: str) -> None:
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    calls: dict[str, int] = {}
+
+    def fuzz(path: str, strategy: Any) -> None:
+        @settings(max_examples=30, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=strategy)
+        def check(case: Any) -> None:
+            resp = case.call(base_url=url, timeout=20)
+            calls[path] = calls.get(path, 0) + 1
+            assert resp.status_code < 500, (resp.status_code, resp.text[:300])
+            if path == "/v1/rank" and resp.status_code == 200:
+                RankResponse.model_validate_json(resp.content)
+
+        check()
+
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+    for result in schema.get_all_operations():
+        op = result.ok()
+        # Negative cases need a body to break; the GET endpoints take no input at all.
+        modes = ("positive", "negative") if op.method.upper() == "POST" else ("positive",)
+        for mode in modes:
+            fuzz(op.path, op.as_strategy(generation_mode=schemathesis.GenerationMode(mode)))
+    assert calls.get("/v1/rank", 0) >= 30 and calls.get("/v1/predict", 0) >= 30
