@@ -23,19 +23,32 @@ def _progress() -> Progress:
         "{task.completed}/{task.total}"), TimeElapsedColumn(), console=console)
 
 
+_FLAG_LABELS = {"missing_family_history": "new family",
+                "missing_hardware_history": "new on type"}
+
+
+def _si(x: float) -> str:
+    """1234567 -> '1.23M' (compact, so the table fits a terminal)."""
+    if x != x:
+        return "—"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
 def _ranking_table(title: str, job: dict[str, Any], result: Any,
                    truth: dict[str, float]) -> Table:
     t = Table(title=title, title_justify="left")
     for col, just in (("#", "right"), ("hardware", "left"), ("predicted samples/s", "right"),
-                      ("true samples/s", "right"), ("$/hour", "right"),
+                      ("true (simulator)", "right"), ("$/hour", "right"),
                       ("samples per $", "right"), ("MFU", "right"), ("flags", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for i, r in enumerate(result.ranking[:8], start=1):
         mfu = "—" if r.predicted_utilization is None else f"{100 * r.predicted_utilization:.0f}%"
-        true_tp = truth.get(r.hardware, float("nan"))
-        t.add_row(str(i), r.hardware, f"{r.predicted_throughput:,.1f}",
-                  "—" if true_tp != true_tp else f"{true_tp:,.1f}", f"{r.cost_per_hour:,.2f}",
-                  f"{r.value:,.0f}", mfu, ", ".join(r.flags))
+        t.add_row(str(i), r.hardware, _si(r.predicted_throughput),
+                  _si(truth.get(r.hardware, float("nan"))), f"{r.cost_per_hour:,.2f}",
+                  _si(r.value), mfu, ", ".join(_FLAG_LABELS.get(f, f) for f in r.flags))
     if len(result.ranking) > 8:
         t.caption = f"... and {len(result.ranking) - 8} more"
     return t
