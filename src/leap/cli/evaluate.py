@@ -1,0 +1,446 @@
+"""CLI: `leap backtest`, `leap report` and `leap experiment lookup|ranking|impact`."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table as RichTable
+
+from leap.cli import app, console, err_console, guarded, print_json, workspace
+from leap.cli.bench_data import experiment_group
+from leap.config import Workspace
+from leap.errors import ConfigError
+
+experiment_app = experiment_group()
+
+
+# Shared options -------------------------------------------------------------------------------
+def _window_opt() -> Any:
+    return typer.Option(30, "--window-days", min=2, help="Days of attempts each night trains on.")
+
+
+def _model_opt() -> Any:
+    return typer.Option("cascade", "--model", help="cascade (router + specialists) or global "
+                        "(one model): the backtest costs what this model costs per night.")
+
+
+def _specialists_opt() -> Any:
+    return typer.Option(13, "--specialists", min=2, help="K for the cascade.")
+
+
+def _no_history_opt() -> Any:
+    return typer.Option(False, "--no-history", help="Ablation: drop the history features.")
+
+
+def _workers_opt() -> Any:
+    return typer.Option(None, "--workers", min=1, help="Local processes for the nights "
+                        "(default: CPUs / 2, as each fit runs 2 LightGBM threads; 1 runs in "
+                        "this process).", show_default=False)
+
+
+def _dask_opt() -> Any:
+    return typer.Option(None, "--dask", help="Run the nights on Dask: 'local' for a "
+                        "LocalCluster of --workers processes, or a scheduler address "
+                        "tcp://HOST:PORT (workers must see the store path).",
+                        show_default=False)
+
+
+def _as_of_opt() -> Any:
+    return typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD). Default: the "
+                        "published model's day, else the last full day in the store.",
+                        show_default=False)
+
+
+def _source_opt() -> Any:
+    return typer.Option("auto", "--model-source", help="auto (a kept or published model for "
+                        "the day, else train), published, or train.")
+
+
+def _train_config(window_days: int, model: str, specialists: int, no_history: bool) -> Any:
+    from leap.model.train import TrainConfig
+
+    return TrainConfig(window_days=window_days, model_kind=model, n_specialists=specialists,
+                       use_history=not no_history)
+
+
+def _parallel(workers: int | None, dask: str | None) -> Any:
+    from leap.eval.parallel import Parallel, default_workers
+
+    return Parallel(workers=workers if workers is not None else default_workers(), dask=dask)
+
+
+def _day(value: str | None, option: str) -> datetime | None:
+    from leap.cli.model import parse_day
+
+    return parse_day(value, option)
+
+
+def _require_store(ws: Workspace) -> None:
+    if not ws.store_path.exists():
+        raise ConfigError(f"no attempt store at {ws.store_path}; run `leap ingest` or "
+                          "`leap simulate` first (or pass --home)")
+
+
+def _print_tables(report: dict[str, Any]) -> None:
+    from leap.eval.report import report_tables
+
+    for t in report_tables(report):
+        table = RichTable(title=t.title, title_justify="left")
+        for i, col in enumerate(t.columns):
+            table.add_column(col, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        for row in t.rows:
+            table.add_row(*row)
+        console.print(table)
+
+
+def _night_bar(disable: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("nights"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    TextColumn("{task.fields[last]}"), console=err_console, disable=disable,
+                    transient=True)
+
+
+def _run_backtest(ws: Workspace, *, nights: int, window_days: int, end: str | None,
+                  model: str, specialists: int, no_history: bool, workers: int | None,
+                  dask: str | None, quiet: bool) -> Any:
+    from leap.catalog import Catalog
+    from leap.eval.backtest import run_backtest
+
+    par = _parallel(workers, dask)
+    _require_store(ws)
+    cfg = _train_config(window_days, model, specialists, no_history)
+    catalog = Catalog.load(ws.catalog_path)
+    with _night_bar(quiet) as bar:
+        task = bar.add_task(f"backtest ({par.backend}, {par.workers} worker"
+                            f"{'s' if par.workers > 1 else ''})", total=nights, last="")
+
+        def progress(done: int, total: int, night: Any) -> None:
+            last = "" if night is None else (
+                f"{night['day']}: {100 * night['held_out']['accuracy']:.1f}% within ±20%")
+            bar.update(task, completed=done, total=total, last=last)
+
+        return run_backtest(ws.store_path, catalog, cfg, nights=nights, work_dir=ws.work_dir,
+                            end=_day(end, "--end"), parallel=par, progress=progress)
+
+
+# leap backtest --------------------------------------------------------------------------------
+@app.command("backtest", epilog="Examples:\n\n  leap backtest --nights 30\n\n"
+             "  leap backtest --nights 30 --model global --workers 4\n\n"
+             "  leap backtest --nights 10 --window-days 14 --dask tcp://10.0.0.5:8786 --json")
+@guarded
+def backtest_cmd(
+    ctx: typer.Context,
+    nights: int = typer.Option(30, "--nights", min=1, help="Consecutive nightly retrainings."),
+    window_days: int = _window_opt(),
+    end: str = typer.Option(None, "--end", help="Last held-out day (YYYY-MM-DD). Default: the "
+                            "last full day in the store.", show_default=False),
+    model: str = _model_opt(),
+    specialists: int = _specialists_opt(),
+    no_history: bool = _no_history_opt(),
+    workers: int = _workers_opt(),
+    dask: str = _dask_opt(),
+    as_json: bool = typer.Option(False, "--json", help="Print the result (every night) as "
+                                 "JSON."),
+) -> None:
+    """Retrain nightly over consecutive nights, scoring each on the day after its window.
+
+    Per night: accuracy within ±20% (attempt- and GPU-hour-weighted), median absolute
+    percentage error, coverage, seen vs unseen families, the oracle ceiling (simulated
+    stores) and the lookup table's coverage. Summary: median, min and max over the nights.
+    Resumable: finished nights are kept under <home>/work/backtest-<hash>/ and a rerun
+    (or a longer backtest with the same settings) computes only the missing ones.
+    """
+    ws = workspace(ctx)
+    result = _run_backtest(ws, nights=nights, window_days=window_days, end=end, model=model,
+                           specialists=specialists, no_history=no_history, workers=workers,
+                           dask=dask, quiet=as_json)
+    out = result.to_json()
+    if as_json:
+        print_json(out)
+        return
+    _print_tables({"backtest": out})
+    console.print(f"{len(result.computed)} night(s) computed, {len(result.reused)} reused "
+                  f"from {result.run_dir}; {result.wall_s:.0f} s")
+
+
+# Studies --------------------------------------------------------------------------------------
+def _study_day(ws: Workspace, store: Any, *, as_of: str | None, window_days: int, model: str,
+               specialists: int, no_history: bool, source: str, saved: Path | None = None
+               ) -> Any:
+    from leap.catalog import Catalog
+    from leap.eval.backtest import eval_day
+
+    cfg = _train_config(window_days, model, specialists, no_history)
+    with err_console.status("preparing the model of the held-out day (training if needed)",
+                            spinner="dots"):
+        return eval_day(store, Catalog.load(ws.catalog_path), cfg, as_of=_day(as_of, "--as-of"),
+                        models_dir=ws.models_dir, model=source, saved=saved)
+
+
+def _ranker(ed: Any, ws: Workspace) -> tuple[Any, Any]:
+    from leap.catalog import Catalog
+    from leap.rank.ranker import Ranker
+
+    costs = Catalog.load(ws.catalog_path) if ws.catalog_path else ed.artifact.catalog
+    return Ranker(ed.artifact, costs=costs), costs
+
+
+def _lookup(ed: Any) -> dict[str, Any]:
+    from leap.eval.baselines import lookup_comparison
+
+    return {"day": ed.as_of.date().isoformat(), "model": ed.source,
+            **lookup_comparison(ed.past, ed.held, ed.held_pred)}
+
+
+def _ranking(ed: Any, ws: Workspace, store: Any, sample: int, seed: int) -> dict[str, Any]:
+    from leap.eval.ranking import ranking_study
+    from leap.sim.fleet import Fleet
+
+    fleet = Fleet.from_store(store)
+    ranker, costs = _ranker(ed, ws)
+    with err_console.status("ranking sampled jobs against the oracle", spinner="dots"):
+        result = ranking_study(ranker, fleet, ed.day, ed.past, costs, sample=sample, seed=seed)
+    return {"day": ed.as_of.date().isoformat(), "model": ed.source, **result}
+
+
+def _impact(ed: Any, ws: Workspace, store: Any, days: int, depth: int | None) -> dict[str, Any]:
+    from leap.eval.impact import impact_study
+    from leap.model.train import load_attempts
+    from leap.sim.fleet import Fleet
+
+    fleet = Fleet.from_store(store)
+    ranker, costs = _ranker(ed, ws)
+    jobs = ed.day if days == 1 else load_attempts(store, ed.as_of,
+                                                   ed.as_of + timedelta(days=days))
+    with err_console.status("ranking every attempt and replaying the scheduler",
+                            spinner="dots") as status:
+        result = impact_study(ranker, fleet, jobs, costs, advice_depth=depth,
+                              progress=lambda stage, d, t: status.update(
+                                  f"{stage}: {d:,}/{t:,}"))
+    return {"model": ed.source, **result}
+
+
+def _depth(value: int) -> int | None:
+    return None if value == 0 else value
+
+
+@experiment_app.command("lookup", epilog="Example:  leap experiment lookup --json")
+@guarded
+def lookup_cmd(
+    ctx: typer.Context,
+    as_of: str = _as_of_opt(),
+    source: str = _source_opt(),
+    window_days: int = _window_opt(),
+    model: str = _model_opt(),
+    specialists: int = _specialists_opt(),
+    no_history: bool = _no_history_opt(),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The lookup table (the previous system) beside LEAP on one held-out day.
+
+    The table is the median throughput of past attempts with exactly the same (family,
+    hardware, trainer count, batch size) in the training window. Prints its coverage, its
+    accuracy on what it covers, LEAP's accuracy on that same subset, and LEAP's coverage.
+    """
+    from leap.data.store import Store
+
+    ws = workspace(ctx)
+    _require_store(ws)
+    with Store(ws.store_path, read_only=True) as store:
+        ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
+                        specialists=specialists, no_history=no_history, source=source)
+    out = _lookup(ed)
+    if as_json:
+        print_json(out)
+        return
+    _print_tables({"lookup": out})
+    console.print(f"model: {ed.source}")
+
+
+@experiment_app.command("ranking", epilog="Example:  leap experiment ranking --sample 500 "
+                        "--json")
+@guarded
+def ranking_cmd(
+    ctx: typer.Context,
+    sample: int = typer.Option(1000, "--sample", min=1, help="Jobs of the day to score."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the job sample."),
+    as_of: str = _as_of_opt(),
+    source: str = _source_opt(),
+    window_days: int = _window_opt(),
+    model: str = _model_opt(),
+    specialists: int = _specialists_opt(),
+    no_history: bool = _no_history_opt(),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Ranking quality against the simulator's truth (simulated stores only).
+
+    For sampled jobs of the held-out day and their eligible types: top-1 agreement with the
+    oracle's best-value type, value regret of the top choice (1 - true value of the pick /
+    true value of the best) and NDCG, for LEAP and for simple baselines (cheapest type,
+    fastest peak FLOP/s, the family's most-used type, random).
+    """
+    from leap.data.store import Store
+
+    ws = workspace(ctx)
+    _require_store(ws)
+    with Store(ws.store_path, read_only=True) as store:
+        ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
+                        specialists=specialists, no_history=no_history, source=source)
+        out = _ranking(ed, ws, store, sample, seed)
+    if as_json:
+        print_json(out)
+        return
+    _print_tables({"ranking": out})
+    console.print(f"model: {ed.source}")
+
+
+@experiment_app.command("impact", epilog="Example:  leap experiment impact --days 2 "
+                        "--advice-depth 3 --json")
+@guarded
+def impact_cmd(
+    ctx: typer.Context,
+    days: int = typer.Option(1, "--days", min=1, help="Days replayed from the held-out day on "
+                             "(later days use the same model)."),
+    advice_depth: int = typer.Option(3, "--advice-depth", min=0, help="List entries the "
+                                     "scheduler tries before its usual choices (0: all)."),
+    as_of: str = _as_of_opt(),
+    source: str = _source_opt(),
+    window_days: int = _window_opt(),
+    model: str = _model_opt(),
+    specialists: int = _specialists_opt(),
+    no_history: bool = _no_history_opt(),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Replay days through the capacity-limited scheduler without and with LEAP's advice.
+
+    Reports the share of eligible GPU-hours that received a ranking, the shares of attempts
+    and GPU-hours placed on LEAP's top choice, and the fleet's cost (same work) and cost per
+    sample (same hours), without advice, with LEAP's and with the oracle's (simulated stores
+    only).
+    """
+    from leap.data.store import Store
+
+    ws = workspace(ctx)
+    _require_store(ws)
+    with Store(ws.store_path, read_only=True) as store:
+        ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
+                        specialists=specialists, no_history=no_history, source=source)
+        out = _impact(ed, ws, store, days, _depth(advice_depth))
+    if as_json:
+        print_json(out)
+        return
+    _print_tables({"impact": out})
+    console.print(f"model: {ed.source}")
+
+
+# leap report ----------------------------------------------------------------------------------
+@app.command("report", epilog="Examples:\n\n  leap report --out reports/2026-01\n\n"
+             "  leap report --out /tmp/r --nights 5 --window-days 7 --model global --sample 300")
+@guarded
+def report_cmd(
+    ctx: typer.Context,
+    out: Path = typer.Option(..., "--out", help="Folder for index.html, report.json and the "
+                             "PNG plots (created if missing)."),
+    nights: int = typer.Option(30, "--nights", min=1, help="Backtest nights (resumes a "
+                               "backtest with the same settings)."),
+    window_days: int = _window_opt(),
+    end: str = typer.Option(None, "--end", help="Last held-out day (YYYY-MM-DD); the studies "
+                            "use it too. Default: the last full day in the store.",
+                            show_default=False),
+    model: str = _model_opt(),
+    specialists: int = _specialists_opt(),
+    no_history: bool = _no_history_opt(),
+    workers: int = _workers_opt(),
+    dask: str = _dask_opt(),
+    sample: int = typer.Option(1000, "--sample", min=1, help="Jobs scored by the ranking "
+                               "study."),
+    impact_days: int = typer.Option(1, "--impact-days", min=1, help="Days replayed by the "
+                                    "impact study (from the last night on)."),
+    advice_depth: int = typer.Option(3, "--advice-depth", min=0, help="Advice entries the "
+                                     "scheduler tries first (0: all)."),
+    real_data_json: Path = typer.Option(None, "--real-data-json", help="Include this result "
+                                        "of `leap experiment real-data` (default: "
+                                        "<home>/work/reports/real_data.json when present).",
+                                        show_default=False),
+    real_data: bool = typer.Option(False, "--real-data", help="Run the real-data evaluation "
+                                   "now and include it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report JSON."),
+) -> None:
+    """Backtest, lookup comparison, ranking quality and impact study, as an HTML report.
+
+    Writes index.html (with PNG plots: accuracy per night with the oracle ceiling, error
+    distribution, lookup vs LEAP, ranking regret, cost with and without advice) and
+    report.json with every number into --out, and prints the tables. The backtest resumes
+    from finished nights; the studies use the last night's model.
+    """
+    from leap.data.store import Store
+    from leap.eval.report import write_report
+    from leap.sim.fleet import Fleet
+
+    ws = workspace(ctx)
+    bt = _run_backtest(ws, nights=nights, window_days=window_days, end=end, model=model,
+                       specialists=specialists, no_history=no_history, workers=workers,
+                       dask=dask, quiet=as_json)
+    backtest = bt.to_json()
+    last = bt.nights[-1]
+    notes = [f"backtest run directory: {bt.run_dir} ({len(bt.computed)} nights computed now, "
+             f"{len(bt.reused)} reused)"]
+    lookup = {"day": last["day"], "model": "the backtest's last night", **last["lookup"]}
+    ranking = impact = None
+    with Store(ws.store_path, read_only=True) as store:
+        simulated = store.get_meta("sim.seed") is not None
+        if simulated:
+            Fleet.from_store(store)  # fails early, with its message, on a foreign simulator
+            ed = _study_day(ws, store, as_of=last["day"], window_days=window_days,
+                            model=model, specialists=specialists, no_history=no_history,
+                            source="auto", saved=bt.run_dir / f"model-{last['day']}")
+            notes.append(f"ranking and impact studies: model {ed.source}")
+            ranking = _ranking(ed, ws, store, sample, seed=0)
+            impact = _impact(ed, ws, store, impact_days, _depth(advice_depth))
+        else:
+            notes.append("ranking and impact studies skipped: the store is not simulated, "
+                         "so there is no oracle")
+    real = _real_data(ws, real_data_json, real_data)
+    page = write_report(out, backtest=backtest, lookup=lookup, ranking=ranking, impact=impact,
+                        real_data=real, notes=notes,
+                        meta={"home": str(ws.home), "command": "leap report"})
+    if as_json:
+        print_json(json.loads((out / "report.json").read_text(encoding="utf-8")))
+        return
+    _print_tables({"backtest": backtest, "lookup": lookup, "ranking": ranking,
+                   "impact": impact})
+    console.print(f"wrote {page} (and report.json, plots) in {out}")
+
+
+def _real_data(ws: Workspace, path: Path | None, run: bool) -> dict[str, Any] | None:
+    if run:
+        from leap.datasets import load_throughput
+        from leap.eval.real_data import run_real_data
+
+        with err_console.status("real-data evaluation", spinner="dots") as status:
+            return run_real_data(load_throughput(), progress=lambda m: status.update(m))
+    default = ws.work_dir / "reports" / "real_data.json"
+    chosen = path if path is not None else (default if default.is_file() else None)
+    if chosen is None:
+        return None
+    try:
+        data = json.loads(chosen.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--real-data-json {chosen}: cannot read it ({exc}); write it with "
+                          "`leap experiment real-data`") from None
+    if not isinstance(data, dict) or "results" not in data:
+        raise ConfigError(f"--real-data-json {chosen} is not a result of `leap experiment "
+                          "real-data`")
+    return data

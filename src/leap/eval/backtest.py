@@ -1,0 +1,604 @@
+"""Backtest: consecutive nightly retrainings, each scored on the day after its window; resumable.
+
+Night ``d`` trains :func:`leap.model.train.train_window` on the ``window_days`` days before
+``d`` (the same code as ``leap train``, unpublished) and scores it on day ``d``. Each finished
+night is written as ``night-YYYY-MM-DD.json`` (atomically) under a run directory named by a
+hash of the settings (store, catalog, training config), so a killed backtest continues with
+the nights still missing, and a longer backtest reuses the nights of a shorter one.
+
+Nights are independent given the (read-only) store: :class:`~leap.eval.parallel.Parallel`
+runs them in this process, on local processes or on Dask. Every night is computed the same
+way wherever it runs (fixed LightGBM seeds and threads), so the numbers do not depend on the
+backend. A process keeps the encoded training days of its previous night (consecutive
+windows share all but one day), which is why one process on consecutive nights is cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from leap import __version__, metrics
+from leap.catalog import Catalog
+from leap.errors import ConfigError, DataError, LeapError
+from leap.eval.baselines import gpu_hours, lookup_comparison
+from leap.eval.parallel import Parallel
+from leap.model.train import TrainConfig, WindowModel, day_start, family_seen, load_attempts
+
+FORMAT_VERSION = 1
+#: The paper's 30-night figures (share within ±20%, attempt-weighted).
+PAPER = {"accuracy_median": 0.770, "accuracy_min": 0.735, "accuracy_max": 0.806}
+#: Bins of log10(predicted / measured) for the error distribution: 0.1x to 10x.
+ERROR_EDGES = np.round(np.linspace(-1.0, 1.0, 81), 6)
+_DAY = timedelta(days=1)
+#: Night fields that depend on where and when it ran (left out of equality checks).
+RUN_FIELDS = ("timings_s", "worker")
+
+Progress = Callable[[int, int, Mapping[str, Any] | None], None]
+
+
+@dataclass(frozen=True)
+class NightTask:
+    """One night, as plain data a worker process or Dask worker can receive."""
+
+    store_path: str
+    catalog_toml: str
+    as_of: str
+    cfg: dict[str, Any]
+    run_key: str
+    #: Also write the night's model here (an artifact directory), e.g. for the last night.
+    model_dir: str | None = None
+
+
+@dataclass
+class BacktestResult:
+    """Nights (sorted by day), which were computed now and which reused, and the summary."""
+
+    run_dir: Path
+    settings: dict[str, Any]
+    nights: list[dict[str, Any]]
+    computed: list[str]
+    reused: list[str]
+    wall_s: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir), "settings": self.settings,
+                "computed": self.computed, "reused": self.reused, "wall_s": self.wall_s,
+                "summary": self.summary, "nights": self.nights}
+
+
+# Planning -------------------------------------------------------------------------------------
+def last_full_day(store: Any) -> datetime:
+    """The last day of the store whose attempts run past 20:00 UTC (a complete day).
+
+    Examples
+    --------
+    >>> # last_full_day(store)  -> datetime(2026, 3, 31, tzinfo=UTC)
+    """
+    rng = store.time_range()
+    if rng is None:
+        raise DataError("the store has no attempts; ingest or simulate some first")
+    last = rng[1].astimezone(UTC)
+    return day_start(last) - (timedelta(0) if last.hour >= 20 else _DAY)
+
+
+def plan_nights(store: Any, nights: int, window_days: int,
+                end: datetime | None = None) -> list[datetime]:
+    """The held-out days of ``nights`` consecutive nights ending at ``end``.
+
+    ``end`` defaults to the last full day in the store. The first night's window must lie
+    inside the store.
+
+    Raises
+    ------
+    ConfigError
+        Too few days in the store for ``nights`` windows of ``window_days`` days.
+
+    Examples
+    --------
+    >>> # plan_nights(store, 30, 30)  # the last 30 full days, each after a 30-day window
+    """
+    if nights < 1:
+        raise ConfigError(f"--nights must be >= 1, got {nights}")
+    rng = store.time_range()
+    if rng is None:
+        raise DataError("the store has no attempts; ingest or simulate some first")
+    first = day_start(rng[0])
+    last = day_start(end) if end is not None else last_full_day(store)
+    if last > last_full_day(store):
+        raise ConfigError(f"--end {last:%Y-%m-%d} is after the last full day in the store "
+                          f"({last_full_day(store):%Y-%m-%d}); pick an earlier day")
+    days = [last - (nights - 1 - i) * _DAY for i in range(nights)]
+    if days[0] - window_days * _DAY < first:
+        have = (last - first).days  # full days available before `last`
+        raise ConfigError(
+            f"{nights} nights with {window_days}-day windows need {nights + window_days} days "
+            f"up to {last:%Y-%m-%d}, but the store starts on {first:%Y-%m-%d} ({have + 1} "
+            f"days); use --nights {max(have - window_days + 1, 0)} or a shorter "
+            "--window-days, or simulate more days")
+    return days
+
+
+def run_key(store: Any, catalog: Catalog, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
+    """A short hash naming the run directory, and the settings it hashes.
+
+    The held-out days are not part of it (each night has its own file), so a longer or
+    later backtest with the same settings reuses the nights already computed.
+
+    Examples
+    --------
+    >>> # key, settings = run_key(store, Catalog.default(), TrainConfig())
+    >>> # ws.work_dir / f"backtest-{key}"
+    """
+    sim = {k: store.get_meta(f"sim.{k}") for k in ("seed", "start", "version", "scenario")}
+    settings = {
+        "format": FORMAT_VERSION,
+        "leap_version": __version__,
+        "store": str(Path(store.path).resolve()),
+        "simulation": {k: v for k, v in sim.items() if k != "scenario"} | {
+            "scenario_sha256": hashlib.sha256(sim["scenario"].encode()).hexdigest()[:16]
+            if sim["scenario"] else None},
+        "catalog_fingerprint": catalog.fingerprint(),
+        "train_config": asdict(cfg),
+    }
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    return digest, settings
+
+
+# One night ------------------------------------------------------------------------------------
+# Per process: the encoded training days of the nights this process already ran, and the
+# oracle fleet, for the run it is working on. A worker process serves many nights; keeping
+# them here is what makes consecutive nights cheap (only the newest day is encoded).
+_PROCESS_CACHE: dict[str, Any] = {}
+
+
+def _cache_for(key: str) -> dict[str, Any]:
+    if _PROCESS_CACHE.get("key") != key:
+        _PROCESS_CACHE.clear()
+        _PROCESS_CACHE.update({"key": key, "blocks": {}, "fleet": None, "fleet_loaded": False})
+    return _PROCESS_CACHE
+
+
+def run_night(task: NightTask) -> dict[str, Any]:
+    """Train and score one night (the worker entry point: plain data in, JSON-ready out).
+
+    Examples
+    --------
+    >>> # run_night(NightTask(str(store_path), Catalog.default().to_toml(), "2026-01-12",
+    >>> #                     asdict(TrainConfig(window_days=10)), "abc"))["held_out"]
+    """
+    from leap.data.store import Store
+    from leap.model.train import train_window
+
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    cfg = TrainConfig(**task.cfg)
+    as_of = day_start(datetime.fromisoformat(task.as_of))
+    catalog = Catalog.from_toml(task.catalog_toml, origin="backtest catalog")
+    cache = _cache_for(task.run_key)
+    with Store(Path(task.store_path), read_only=True) as store:
+        attempts = load_attempts(store, as_of - (cfg.window_days + cfg.lookback_days) * _DAY,
+                                 as_of + _DAY)
+        if not cache["fleet_loaded"]:
+            cache["fleet"] = _fleet_or_none(store)
+            cache["fleet_loaded"] = True
+    load_s = time.perf_counter() - t0
+    blocks: MutableMapping[tuple[str, str], np.ndarray] = cache["blocks"]
+    wm = train_window(attempts, catalog, as_of, cfg, block_cache=blocks)
+    # Days before this window are of no use to the next (later) night of this process.
+    oldest = (as_of - cfg.window_days * _DAY).date().isoformat()
+    for k in [k for k in blocks if k[0] < oldest]:
+        del blocks[k]
+    window_start = as_of - cfg.window_days * _DAY
+    past = attempts[(attempts["submitted_at"] >= window_start)
+                    & (attempts["submitted_at"] < as_of)]
+    out = night_result(wm, past, cache["fleet"])
+    out["timings_s"] = {"load_s": load_s, **wm.timings,
+                        "night_s": time.perf_counter() - t0,
+                        "night_cpu_s": time.process_time() - cpu0}
+    out["worker"] = {"host": socket.gethostname(), "pid": os.getpid()}
+    if task.model_dir is not None:
+        save_model(wm, Path(task.model_dir))
+    return out
+
+
+def save_model(wm: WindowModel, directory: Path) -> None:
+    """Write a night's model as an (unpublished) artifact directory, atomically.
+
+    Skipped when the directory's parent is not reachable from this worker (a remote Dask
+    worker without the shared file system): the studies then retrain that night.
+
+    Examples
+    --------
+    >>> # save_model(wm, run_dir / "model-2026-03-31"); load_artifact(run_dir / "model-...")
+    """
+    from leap.model.artifact import write_artifact
+
+    if directory.exists() or not directory.parent.is_dir():
+        return
+    staged = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
+    if staged.exists():
+        shutil.rmtree(staged)
+    info = {k: v for k, v in wm.artifact.manifest.items() if k != "model_kind"}
+    art = wm.artifact
+    write_artifact(staged, model=art.model, snapshot=art.snapshot, spec=art.spec,
+                   catalog=art.catalog, info=info | {"version": f"backtest-{directory.name}"})
+    try:
+        os.replace(staged, directory)
+    except OSError:
+        shutil.rmtree(staged, ignore_errors=True)  # another worker saved it first
+
+
+def _fleet_or_none(store: Any) -> Any:
+    from leap.sim.fleet import Fleet
+
+    try:
+        return Fleet.from_store(store)
+    except LeapError:
+        return None  # real data: no oracle, no ceiling
+
+
+def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict[str, Any]:
+    """The JSON record of one night: accuracy blocks, oracle ceiling, lookup, error histogram.
+
+    Parameters
+    ----------
+    wm : WindowModel
+        The night's model and its held-out day (from :func:`~leap.model.train.train_window`).
+    past : pandas.DataFrame
+        The window's attempts (the lookup table's memory).
+    fleet : Fleet, optional
+        The simulated fleet (oracle ceiling); None for real data.
+
+    Examples
+    --------
+    >>> # night_result(train_window(attempts, catalog, as_of, cfg), window_attempts, fleet)
+    """
+    held = wm.metrics.get("held_out")
+    if held is None or len(wm.eval_jobs) == 0:
+        raise DataError(f"no succeeded attempts on the held-out day {wm.as_of:%Y-%m-%d}; "
+                        "the backtest needs a full day after each window")
+    jobs = wm.eval_jobs
+    actual = jobs["throughput"].to_numpy(dtype=np.float64)
+    pred = np.exp(wm.eval_pred_log)
+    hours = gpu_hours(jobs)
+    seen = family_seen(wm.artifact.snapshot, jobs)
+    held = json.loads(json.dumps(held))  # a private copy
+    held["seen_families"] = metrics.summary(pred[seen], actual[seen], hours[seen])
+    held["unseen_families"] = metrics.summary(pred[~seen], actual[~seen], hours[~seen])
+    held["unseen_share"] = float((~seen).mean())
+    ceiling = None
+    if fleet is not None:
+        truth = fleet.true_throughput(jobs, jobs["hardware"].to_numpy(),
+                                      jobs["submitted_at"].to_numpy())
+        ceiling = {"accuracy": metrics.accuracy(truth, actual),
+                   "accuracy_gpu_hours": metrics.accuracy(truth, actual, hours),
+                   "median_ape": metrics.median_ape(truth, actual)}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_ratio = np.log10(pred / actual)
+    log_ratio = log_ratio[np.isfinite(log_ratio)]
+    counts, _ = np.histogram(np.clip(log_ratio, ERROR_EDGES[0], ERROR_EDGES[-1]), ERROR_EDGES)
+    return {
+        "format": FORMAT_VERSION,
+        "day": wm.as_of.date().isoformat(),
+        "window": wm.metrics["window"],
+        "train_rows": int(wm.metrics["train_rows"]),
+        "held_out": held,
+        "oracle_ceiling": ceiling,
+        "lookup": lookup_comparison(past, jobs, pred),
+        "error_hist": {"log10_edges": ERROR_EDGES.tolist(), "counts": counts.tolist(),
+                       "clipped_low": int((log_ratio < ERROR_EDGES[0]).sum()),
+                       "clipped_high": int((log_ratio > ERROR_EDGES[-1]).sum())},
+    }
+
+
+# The run --------------------------------------------------------------------------------------
+def night_path(run_dir: Path, day: str) -> Path:
+    """Where a night's record lives.
+
+    >>> night_path(Path("w"), "2026-03-31").name
+    'night-2026-03-31.json'
+    """
+    return run_dir / f"night-{day}.json"
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to ``path`` via a temporary file and a rename (readers never see half).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "x.json"
+    >>> write_json_atomic(p, {"a": np.float64(1.5)}); json.loads(p.read_text())
+    {'a': 1.5}
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=_json_default) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def read_night(path: Path) -> dict[str, Any] | None:
+    """A finished night's record, or None when the file is absent, unreadable or stale.
+
+    >>> read_night(Path("/nonexistent/night-2026-01-01.json")) is None
+    True
+    """
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and rec.get("format") == FORMAT_VERSION else None
+
+
+def run_backtest(store_path: Path, catalog: Catalog, cfg: TrainConfig, *, nights: int,
+                 work_dir: Path, end: datetime | None = None,
+                 parallel: Parallel | None = None,
+                 progress: Progress | None = None) -> BacktestResult:
+    """Run (or resume) ``nights`` nightly retrainings ending at ``end``.
+
+    Parameters
+    ----------
+    store_path : Path
+        The attempt store (opened read-only; workers open it too).
+    catalog : Catalog
+        Hardware catalog of training.
+    cfg : TrainConfig
+        The nightly training settings (model kind, K, window ...): the backtest costs what
+        one ``leap train`` costs, times ``nights``.
+    nights : int
+    work_dir : Path
+        Where the run directory ``backtest-<hash>`` lives (``<home>/work``).
+    end : datetime, optional
+        The last held-out day (default: the last full day in the store).
+    parallel : Parallel, optional
+        Where nights run (default: this process).
+    progress : callable, optional
+        ``progress(done, total, night_or_None)``; called once before the first night.
+
+    Returns
+    -------
+    BacktestResult
+
+    Examples
+    --------
+    >>> # r = run_backtest(ws.store_path, Catalog.default(), TrainConfig(), nights=30,
+    >>> #                  work_dir=ws.work_dir)
+    >>> # r.summary["accuracy"]["median"]
+    """
+    from leap.data.store import Store
+
+    t0 = time.perf_counter()
+    parallel = parallel or Parallel()
+    with Store(Path(store_path), read_only=True) as store:
+        days = plan_nights(store, nights, cfg.window_days, end)
+        key, settings = run_key(store, catalog, cfg)
+    run_dir = Path(work_dir) / f"backtest-{key}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / "settings.json").exists():
+        write_json_atomic(run_dir / "settings.json", settings)
+    wanted = [d.date().isoformat() for d in days]
+    done: dict[str, dict[str, Any]] = {}
+    for day in wanted:
+        rec = read_night(night_path(run_dir, day))
+        if rec is not None:
+            done[day] = rec
+    reused = sorted(done)
+    todo = [d for d in wanted if d not in done]
+    if progress:
+        progress(len(done), len(wanted), None)
+    toml = catalog.to_toml()
+    # The last night's model is kept: the ranking and impact studies of `leap report` use it.
+    last_model = run_dir / f"model-{wanted[-1]}"
+    tasks = [NightTask(str(Path(store_path).resolve()), toml, d, asdict(cfg), key,
+                       str(last_model) if d == wanted[-1] else None) for d in todo]
+    computed: list[str] = []
+    for i, rec in parallel.map(run_night, tasks):
+        write_json_atomic(night_path(run_dir, todo[i]), rec)
+        done[todo[i]] = rec
+        computed.append(todo[i])
+        if progress:
+            progress(len(done), len(wanted), rec)
+    ordered = [done[d] for d in wanted]
+    result = BacktestResult(run_dir=run_dir, settings=settings | {
+        "nights": nights, "first_day": wanted[0], "last_day": wanted[-1],
+        "backend": parallel.backend, "workers": parallel.workers},
+        nights=ordered, computed=sorted(computed), reused=reused,
+        wall_s=time.perf_counter() - t0)
+    result.summary = summarize(ordered)
+    return result
+
+
+# Summary --------------------------------------------------------------------------------------
+#: Night figures summarised over the nights: name -> path in the night record.
+SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
+    "accuracy": ("held_out", "accuracy"),
+    "accuracy_gpu_hours": ("held_out", "accuracy_gpu_hours"),
+    "median_ape": ("held_out", "median_ape"),
+    "coverage": ("held_out", "coverage"),
+    "accuracy_seen_families": ("held_out", "seen_families", "accuracy"),
+    "accuracy_unseen_families": ("held_out", "unseen_families", "accuracy"),
+    "unseen_share": ("held_out", "unseen_share"),
+    "oracle_ceiling": ("oracle_ceiling", "accuracy"),
+    "oracle_ceiling_gpu_hours": ("oracle_ceiling", "accuracy_gpu_hours"),
+    "lookup_coverage": ("lookup", "table_coverage"),
+    "lookup_accuracy_covered": ("lookup", "table_accuracy_covered"),
+    "leap_accuracy_lookup_covered": ("lookup", "leap_accuracy_covered"),
+    "held_out_attempts": ("held_out", "n"),
+    "train_rows": ("train_rows",),
+    "night_s": ("timings_s", "night_s"),
+    "fit_s": ("timings_s", "fit_s"),
+}
+
+
+def _get(rec: Mapping[str, Any], path: Iterable[str]) -> float:
+    cur: Any = rec
+    for key in path:
+        if not isinstance(cur, Mapping) or key not in cur or cur[key] is None:
+            return float("nan")
+        cur = cur[key]
+    try:
+        return float(cur)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def summarize(nights: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Median, min, max and mean of each night figure (NaN nights skipped), and the paper's.
+
+    Examples
+    --------
+    >>> s = summarize([{"held_out": {"accuracy": a}} for a in (0.7, 0.8, 0.75)])
+    >>> s["accuracy"]["median"], s["accuracy"]["min"], s["accuracy"]["max"]
+    (0.75, 0.7, 0.8)
+    """
+    out: dict[str, Any] = {"nights": len(nights)}
+    for name, path in SUMMARY_FIELDS.items():
+        vals = [v for v in (_get(n, path) for n in nights) if np.isfinite(v)]
+        out[name] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
+                     "mean": statistics.fmean(vals), "n": len(vals)} if vals else None
+    out["paper"] = dict(PAPER)
+    return out
+
+
+def comparable(night: Mapping[str, Any]) -> dict[str, Any]:
+    """A night's record without the fields that depend on where and when it ran.
+
+    >>> comparable({"day": "2026-01-12", "timings_s": {"fit_s": 3.0}, "worker": {}})
+    {'day': '2026-01-12'}
+    """
+    return {k: v for k, v in night.items() if k not in RUN_FIELDS}
+
+
+# One evaluation day for the studies -----------------------------------------------------------
+@dataclass
+class EvalDay:
+    """A model and the attempts around its held-out day, for the lookup / ranking / impact
+    studies.
+
+    ``past`` holds the window's attempts (all statuses), ``day`` every attempt of the
+    held-out day, ``held`` its succeeded attempts and ``held_pred`` LEAP's samples/s for them.
+    """
+
+    as_of: datetime
+    artifact: Any
+    past: pd.DataFrame
+    day: pd.DataFrame
+    held: pd.DataFrame
+    held_pred: np.ndarray
+    source: str
+
+
+def eval_day(store: Any, catalog: Catalog, cfg: TrainConfig, *, as_of: datetime | None = None,
+             models_dir: Path | None = None, model: str = "auto",
+             saved: Path | None = None) -> EvalDay:
+    """The model of one held-out day: the published one, or one trained on its window.
+
+    Parameters
+    ----------
+    store : Store
+    catalog : Catalog
+        Training catalog (when a model is trained).
+    cfg : TrainConfig
+        Training settings (when a model is trained; the window of a published model is its
+        own).
+    as_of : datetime, optional
+        The held-out day. Default: the published model's day (``auto`` / ``published``), or
+        the last full day in the store (``train``).
+    models_dir : Path, optional
+        The registry of published models.
+    model : {"auto", "published", "train"}
+        ``auto`` uses the ``saved`` model, else the published one, when its held-out day is
+        ``as_of`` (or ``as_of`` is not given) and the store has that day; otherwise trains.
+    saved : Path, optional
+        An artifact directory kept by a backtest (``<run_dir>/model-YYYY-MM-DD``).
+
+    Raises
+    ------
+    ConfigError
+        ``published`` without a usable published model, or an unknown ``model``.
+
+    Examples
+    --------
+    >>> # ed = eval_day(store, Catalog.default(), TrainConfig(), models_dir=ws.models_dir)
+    >>> # ed.source  -> 'published 20260112-01' or 'trained on 2026-01-02..2026-01-12'
+    """
+    from leap.errors import ArtifactError
+    from leap.model.artifact import Registry, load_artifact
+    from leap.model.train import succeeded_attempts, train_window
+
+    if model not in ("auto", "published", "train"):
+        raise ConfigError(f"--model-source must be auto, published or train, got {model!r}")
+    last = last_full_day(store)
+    want = day_start(as_of) if as_of is not None else None
+    art = None
+    if model == "auto" and saved is not None and (saved / "manifest.json").is_file():
+        try:
+            kept = load_artifact(saved)
+        except ArtifactError:
+            kept = None  # a damaged copy: train instead
+        if kept is not None:
+            kept_day = day_start(datetime.fromisoformat(str(kept.manifest["as_of"])))
+            if kept_day <= last and (want is None or want == kept_day):
+                art, want = kept, kept_day
+    if art is None and model in ("auto", "published") and models_dir is not None:
+        try:
+            art = Registry(models_dir).load()
+        except ArtifactError as exc:
+            if model == "published":
+                raise ConfigError(f"no usable published model ({exc}); run `leap train` or "
+                                  "use --model-source train") from None
+        if art is not None:
+            pub_day = day_start(datetime.fromisoformat(str(art.manifest["as_of"])))
+            usable = pub_day <= last and (want is None or want == pub_day)
+            if model == "published" and not usable:
+                raise ConfigError(f"the published model {art.version} is for "
+                                  f"{pub_day:%Y-%m-%d}, not a full day of the store "
+                                  f"matching --as-of; use --model-source train")
+            if usable:
+                want = pub_day
+            else:
+                art = None
+    elif model == "published":
+        raise ConfigError("--model-source published needs a workspace with published models")
+    day = want if want is not None else last
+    if day > last:
+        raise ConfigError(f"--as-of {day:%Y-%m-%d} is after the last full day in the store "
+                          f"({last:%Y-%m-%d})")
+    if art is not None:
+        start = datetime.fromisoformat(str(art.manifest["window_start"]))
+        attempts = load_attempts(store, start, day + _DAY)
+        past = attempts[attempts["submitted_at"] < day].reset_index(drop=True)
+        day_rows = attempts[attempts["submitted_at"] >= day].reset_index(drop=True)
+        held = succeeded_attempts(day_rows, art.catalog)
+        origin = f"published {art.version}" if art.path is None or art.path.parent == (
+            models_dir) else f"kept by the backtest in {art.path}"
+        return EvalDay(day, art, past, day_rows, held, art.predict(held), origin)
+    attempts = load_attempts(store, day - (cfg.window_days + cfg.lookback_days) * _DAY,
+                             day + _DAY)
+    wm = train_window(attempts, catalog, day, cfg)
+    window_start = day - cfg.window_days * _DAY
+    past = attempts[(attempts["submitted_at"] >= window_start)
+                    & (attempts["submitted_at"] < day)].reset_index(drop=True)
+    day_rows = attempts[attempts["submitted_at"] >= day].reset_index(drop=True)
+    return EvalDay(day, wm.artifact, past, day_rows, wm.eval_jobs, np.exp(wm.eval_pred_log),
+                   f"trained on {window_start:%Y-%m-%d}..{day - _DAY:%Y-%m-%d}")

@@ -1,0 +1,448 @@
+"""Ranking quality against the simulator's truth: top-1 agreement, value regret and NDCG.
+
+For each sampled job of a held-out day, the candidates are the oracle's eligible types (the
+job's own shape fits, the type takes jobs that day, and both the model and the cost catalog
+know it). The true value of a type is ``true samples/s x 3600 / (devices x
+cost_per_device_hour)``: samples per unit of cost, exactly as the ranker defines value but
+with the true median throughput instead of the predicted one.
+
+Per job and method (an ordered list of types):
+
+``top1``
+    the list's first type has the best true value (ties count: any type whose value equals
+    the best, to a relative 1e-9, is a best type).
+``regret``
+    ``1 - value(first type) / value(best type)``, in [0, 1].
+``ndcg``
+    normalised discounted cumulative gain of the list with relevance ``value / best value``
+    (so a list that leaves good types out is penalised; the ideal list has them all).
+
+LEAP's list comes from :func:`leap_rankings`, the ONE place evaluation calls the ranker (the
+impact study uses it too). A job LEAP gives no ranking (fail-open, or every candidate
+excluded) has no pick: it counts against LEAP's coverage and the quality figures are over
+the jobs LEAP ranked; every method is scored on that same set. A type whose true
+throughput is NaN (it would not run) has value 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from leap.catalog import Catalog
+from leap.data.schema import JOB_COLUMNS
+from leap.errors import DataError
+from leap.eval.baselines import (
+    cheapest_order,
+    family_usage,
+    fastest_peak_order,
+    gpu_hours,
+    job_devices,
+    most_used_order,
+)
+
+if TYPE_CHECKING:
+    from leap.rank.ranker import Ranker, RankResult
+    from leap.sim.fleet import Fleet
+
+#: Methods scored by :func:`ranking_study`, in report order.
+METHODS: tuple[str, ...] = ("leap", "leap_no_premium_filter", "cheapest", "fastest_peak",
+                            "most_used", "random")
+_TIE = 1e-9
+#: The oracle needs these job columns (the rest of the shape comes from the family).
+_SHAPE_COLUMNS = ("family_id", "trainer_count", "batch_size", "precision",
+                  "devices_per_trainer", "tensor_parallel", "pipeline_parallel")
+Progress = Callable[[int, int], None]
+
+
+# Calling the ranker ---------------------------------------------------------------------------
+def job_requests(jobs: pd.DataFrame) -> list[dict[str, Any]]:
+    """The launch-time fields of each attempt row as a rank request (Python types, no NaN).
+
+    Examples
+    --------
+    >>> job_requests(pd.DataFrame({"family_id": ["f"], "model_type": ["m"],
+    ...                            "trainer_count": [2], "batch_size": [8],
+    ...                            "throughput": [1.0], "num_params": [float("nan")]}))
+    [{'family_id': 'f', 'model_type': 'm', 'trainer_count': 2, 'batch_size': 8}]
+    """
+    cols = [c for c in JOB_COLUMNS if c in jobs.columns]
+    out = []
+    for rec in jobs[cols].to_dict("records"):
+        job: dict[str, Any] = {}
+        for k, v in rec.items():
+            if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+                continue
+            job[k] = v.item() if isinstance(v, np.generic) else v
+        out.append(job)
+    return out
+
+
+def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Sequence[str]],
+                  progress: Progress | None = None) -> list[RankResult]:
+    """LEAP's answer for each job on its candidates (the one call site of the ranker).
+
+    Identical (job, candidates) requests are ranked once: a day repeats many configurations.
+
+    Parameters
+    ----------
+    ranker : Ranker
+        E.g. ``Ranker(window_model.artifact)`` or ``Ranker(Registry(ws.models_dir))``.
+    jobs : pandas.DataFrame
+        Attempt rows (outcome columns are ignored).
+    candidates : sequence of sequences of str
+        Eligible types of each job.
+    progress : callable, optional
+        ``progress(done, total)`` over the distinct requests.
+
+    Returns
+    -------
+    list of RankResult
+        One per job, in order (failures are empty rankings with a reason, never raised).
+
+    Examples
+    --------
+    >>> # results = leap_rankings(Ranker(wm.artifact), day_jobs, [["L4", "H100-SXM"]] * n)
+    """
+    if len(candidates) != len(jobs):
+        raise DataError(f"got {len(candidates)} candidate lists for {len(jobs)} jobs; pass one "
+                        "list per job")
+    requests = job_requests(jobs)
+    keys = [(tuple(sorted(r.items())), tuple(c)) for r, c in zip(requests, candidates,
+                                                                    strict=True)]
+    unique: dict[Any, int] = {}
+    for i, key in enumerate(keys):
+        unique.setdefault(key, i)
+    answers: dict[Any, RankResult] = {}
+    total = len(unique)
+    for done, (key, i) in enumerate(unique.items(), start=1):
+        cands = list(candidates[i])
+        if cands:
+            answers[key] = ranker.rank(requests[i], cands)
+        else:
+            answers[key] = _no_candidates()
+        if progress and (done % 200 == 0 or done == total):
+            progress(done, total)
+    return [answers[k] for k in keys]
+
+
+def _no_candidates() -> RankResult:
+    from leap.rank.ranker import RankResult
+
+    return RankResult(ranking=[], reason="no_candidates: no eligible type")
+
+
+def unfiltered(ranker: Ranker, costs: Catalog) -> Ranker:
+    """The same ranker with the premium filter switched off (every premium type kept).
+
+    Examples
+    --------
+    >>> # plain = unfiltered(Ranker(artifact), artifact.catalog)
+    """
+    premium = [n for n in costs if costs[n].premium]
+    return ranker.with_options(min_utilization=dict.fromkeys(premium, 0.0),
+                               min_speedup=dict.fromkeys(premium, 1e-12))
+
+
+# The oracle -----------------------------------------------------------------------------------
+def eligible_names(fleet: Fleet, jobs: pd.DataFrame, known: Sequence[str]) -> list[list[str]]:
+    """Each job's eligible types (oracle: fits its shape and available that day) in ``known``.
+
+    Examples
+    --------
+    >>> # eligible_names(Fleet.from_store(store), day_attempts, list(catalog))[0]
+    >>> # -> ['A10', 'A100-PCIe-40GB', ...]
+    """
+    names = list(fleet.hardware_names)
+    ok = fleet.eligible(_shape_frame(jobs), jobs["submitted_at"].to_numpy())
+    keep = np.array([n in set(known) for n in names])
+    ok = ok & keep[None, :]
+    return [[names[j] for j in np.flatnonzero(row)] for row in ok]
+
+
+def true_throughputs(fleet: Fleet, jobs: pd.DataFrame,
+                     candidates: Sequence[Sequence[str]]) -> list[dict[str, float]]:
+    """True median samples/s of each job on each of its candidates (NaN: it would not run).
+
+    Examples
+    --------
+    >>> # true_throughputs(fleet, jobs, [["L4", "H100-SXM"]])  -> [{'L4': 41.0, ...}]
+    """
+    counts = np.array([len(c) for c in candidates], dtype=np.int64)
+    rows = np.repeat(np.arange(len(jobs)), counts)
+    flat = [n for c in candidates for n in c]
+    if not flat:
+        return [{} for _ in candidates]
+    shape = _shape_frame(jobs).iloc[rows].reset_index(drop=True)
+    at = jobs["submitted_at"].to_numpy()[rows]
+    tp = fleet.true_throughput(shape, np.asarray(flat, dtype=object), at)
+    out: list[dict[str, float]] = []
+    start = 0
+    for c in candidates:
+        out.append(dict(zip(c, tp[start:start + len(c)].tolist(), strict=True)))
+        start += len(c)
+    return out
+
+
+def true_values(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[str]],
+                costs: Catalog) -> list[dict[str, float]]:
+    """True value (samples per unit cost) of each job on each of its candidates.
+
+    NaN true throughput (the job would not run there) gives value 0.
+
+    Examples
+    --------
+    >>> # true_values(fleet, jobs, [["L4", "H100-SXM"]], Catalog.default())
+    >>> # -> [{'L4': 8.1e5, 'H100-SXM': 6.0e5}]
+    """
+    devices = job_devices(jobs)
+    out = []
+    for d, tps in zip(devices, true_throughputs(fleet, jobs, candidates), strict=True):
+        out.append({n: (t * 3600.0 / (d * costs[n].cost_per_device_hour)
+                        if np.isfinite(t) else 0.0) for n, t in tps.items()})
+    return out
+
+
+def oracle_order(values: Mapping[str, float]) -> list[str]:
+    """Types by true value, best first (ties by name).
+
+    >>> oracle_order({"B": 2.0, "A": 2.0, "C": 5.0})
+    ['C', 'A', 'B']
+    """
+    return sorted(values, key=lambda n: (-values[n], n))
+
+
+def _shape_frame(jobs: pd.DataFrame) -> pd.DataFrame:
+    return jobs[[c for c in _SHAPE_COLUMNS if c in jobs.columns]].reset_index(drop=True)
+
+
+# Metrics --------------------------------------------------------------------------------------
+def _discounts(n: int) -> np.ndarray:
+    return 1.0 / np.log2(np.arange(n) + 2.0)
+
+
+def order_quality(order: Sequence[str], values: Mapping[str, float]) -> dict[str, float]:
+    """Top-1 agreement, value regret and NDCG of one ordered list against true values.
+
+    Parameters
+    ----------
+    order : sequence of str
+        The method's list, best first (may leave candidates out; unknown names are an error).
+    values : mapping of str to float
+        True value of every candidate (>= 0; NaN is treated as 0).
+
+    Returns
+    -------
+    dict
+        ``top1`` (1.0 or 0.0), ``regret`` and ``ndcg``; all NaN when the list is empty or no
+        candidate has a positive value.
+
+    Examples
+    --------
+    >>> v = {"A": 10.0, "B": 5.0, "C": 2.0}
+    >>> order_quality(["B", "A", "C"], v)["regret"]
+    0.5
+    >>> round(order_quality(["B", "A", "C"], v)["ndcg"], 4)
+    0.8696
+    """
+    clean = {k: (float(x) if np.isfinite(x) and x > 0 else 0.0) for k, x in values.items()}
+    unknown = [n for n in order if n not in clean]
+    if unknown:
+        raise DataError(f"ranked type(s) {unknown} are not among the candidates "
+                        f"{sorted(clean)}")
+    best = max(clean.values(), default=0.0)
+    if not order or best <= 0:
+        return {"top1": math.nan, "regret": math.nan, "ndcg": math.nan}
+    pick = clean[order[0]]
+    rel = np.array([clean[n] / best for n in order])
+    ideal = np.sort(np.array(list(clean.values())) / best)[::-1]
+    dcg = float((rel * _discounts(len(rel))).sum())
+    idcg = float((ideal * _discounts(len(ideal))).sum())
+    return {"top1": float(pick >= best * (1.0 - _TIE)), "regret": float(1.0 - pick / best),
+            "ndcg": dcg / idcg}
+
+
+def random_quality(values: Mapping[str, float]) -> dict[str, float]:
+    """Expected top-1, regret and NDCG of a uniformly random order (exact, not sampled).
+
+    Examples
+    --------
+    >>> random_quality({"A": 10.0, "B": 5.0})["top1"], random_quality({"A": 10.0, "B": 5.0})[
+    ...     "regret"]
+    (0.5, 0.25)
+    """
+    v = np.array([float(x) if np.isfinite(x) and x > 0 else 0.0 for x in values.values()])
+    if len(v) == 0 or v.max() <= 0:
+        return {"top1": math.nan, "regret": math.nan, "ndcg": math.nan}
+    rel = v / v.max()
+    disc = _discounts(len(v))
+    # Each type lands on each position with probability 1/n.
+    expected_dcg = float(rel.sum() * disc.mean())
+    idcg = float((np.sort(rel)[::-1] * disc).sum())
+    return {"top1": float((rel >= 1.0 - _TIE).mean()), "regret": float((1.0 - rel).mean()),
+            "ndcg": expected_dcg / idcg}
+
+
+def summarize_quality(per_job: Sequence[Mapping[str, float]],
+                      weights: np.ndarray | None = None) -> dict[str, float]:
+    """Means of top-1, regret and NDCG over jobs (NaN rows skipped), plus regret quantiles.
+
+    ``weights`` (e.g. GPU-hours) add ``*_gpu_hours`` weighted means of top-1 and regret.
+
+    Examples
+    --------
+    >>> s = summarize_quality([{"top1": 1.0, "regret": 0.0, "ndcg": 1.0},
+    ...                        {"top1": 0.0, "regret": 0.5, "ndcg": 0.5}], np.array([1.0, 3.0]))
+    >>> s["top1_agreement"], s["mean_regret"], s["mean_regret_gpu_hours"]
+    (0.5, 0.25, 0.375)
+    """
+    top1 = np.array([q["top1"] for q in per_job], dtype=np.float64)
+    regret = np.array([q["regret"] for q in per_job], dtype=np.float64)
+    ndcg = np.array([q["ndcg"] for q in per_job], dtype=np.float64)
+    ok = np.isfinite(regret)
+    out: dict[str, float] = {"n": float(ok.sum())}
+    if not ok.any():
+        return out | {"top1_agreement": math.nan, "mean_regret": math.nan,
+                      "median_regret": math.nan, "p90_regret": math.nan, "mean_ndcg": math.nan}
+    out |= {"top1_agreement": float(top1[ok].mean()), "mean_regret": float(regret[ok].mean()),
+            "median_regret": float(np.median(regret[ok])),
+            "p90_regret": float(np.quantile(regret[ok], 0.9)),
+            "mean_ndcg": float(ndcg[ok].mean())}
+    if weights is not None:
+        w = np.nan_to_num(np.asarray(weights, dtype=np.float64))[ok]
+        if w.sum() > 0:
+            out["top1_agreement_gpu_hours"] = float((w * top1[ok]).sum() / w.sum())
+            out["mean_regret_gpu_hours"] = float((w * regret[ok]).sum() / w.sum())
+    return out
+
+
+# The study ------------------------------------------------------------------------------------
+def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.DataFrame,
+                  costs: Catalog, *, sample: int = 1000, seed: int = 0,
+                  progress: Progress | None = None) -> dict[str, Any]:
+    """Score LEAP's rankings and the simple baselines against the oracle on launched jobs.
+
+    Parameters
+    ----------
+    ranker : Ranker
+        LEAP's ranker for the day (a model trained on the window before it).
+    fleet : Fleet
+        The simulated fleet of the store (the oracle).
+    jobs : pandas.DataFrame
+        The held-out day's attempts (any status: they all launched).
+    past : pandas.DataFrame
+        The training window's attempts (for the "most used" baseline).
+    costs : Catalog
+        Prices for value (the ranker's cost catalog).
+    sample : int
+        Jobs drawn (without replacement, seeded) among those with at least two candidates.
+    seed : int
+
+    Returns
+    -------
+    dict
+        ``methods``: per method the summary of :func:`summarize_quality`; ``leap_coverage``
+        (share of sampled jobs LEAP ranked), ``n_sampled``, ``candidates_median``,
+        ``best_type_share`` (which types the oracle picks most) and the definitions.
+
+    Examples
+    --------
+    >>> # ranking_study(Ranker(wm.artifact), Fleet.from_store(store), day, window, catalog)
+    """
+    model_known = set(ranker.serving.artifact.catalog) if ranker.serving else set(costs)
+    known = [n for n in fleet.hardware_names if n in costs and n in model_known]
+    jobs = jobs.reset_index(drop=True)
+    cands_all = eligible_names(fleet, jobs, known)
+    multi = np.flatnonzero([len(c) >= 2 for c in cands_all])
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(multi, min(sample, len(multi)), replace=False)) if len(multi) \
+        else multi
+    picked = jobs.iloc[pick].reset_index(drop=True)
+    cands = [cands_all[i] for i in pick]
+    truth = true_throughputs(fleet, picked, cands)
+    values = true_values(fleet, picked, cands, costs)
+
+    leap = leap_rankings(ranker, picked, cands, progress)
+    plain = leap_rankings(unfiltered(ranker, costs), picked, cands)
+    usage = family_usage(past)
+    orders: dict[str, list[list[str]]] = {
+        "leap": [[r.hardware for r in res.ranking] for res in leap],
+        "leap_no_premium_filter": [[r.hardware for r in res.ranking] for res in plain],
+        "cheapest": [cheapest_order(c, costs) for c in cands],
+        "fastest_peak": [fastest_peak_order(c, costs) for c in cands],
+        "most_used": [most_used_order(c, usage.get(str(f), {}), costs)
+                      for c, f in zip(cands, picked["family_id"], strict=True)],
+    }
+    ranked = np.array([len(o) > 0 for o in orders["leap"]], dtype=bool)
+    hours = gpu_hours(picked)
+    methods: dict[str, dict[str, float]] = {}
+    regrets: dict[str, list[float]] = {}
+    for name in METHODS:
+        if name == "random":
+            per_job = [random_quality(values[i]) for i in np.flatnonzero(ranked)]
+        else:
+            per_job = [order_quality(orders[name][i], values[i]) for i in np.flatnonzero(ranked)]
+        methods[name] = summarize_quality(per_job, hours[ranked])
+        regrets[name] = [q["regret"] for q in per_job]
+    best = [oracle_order(v)[0] for v, r in zip(values, ranked, strict=True) if r and v]
+    best_share = pd.Series(best, dtype=object).value_counts(normalize=True).head(8)
+    reasons = pd.Series([res.reason.split(":")[0] for res in leap if res.reason],
+                        dtype=object).value_counts()
+    return {
+        "prediction_vs_truth": prediction_vs_truth(leap, truth),
+        "n_jobs_day": len(jobs),
+        "n_with_two_or_more_candidates": len(multi),
+        "n_sampled": len(picked),
+        "seed": seed,
+        "leap_coverage": float(ranked.mean()) if len(ranked) else math.nan,
+        "leap_unranked_reasons": {str(k): int(v) for k, v in reasons.items()},
+        "candidates_median": float(np.median([len(c) for c in cands])) if cands else math.nan,
+        "best_type_share": {str(k): float(v) for k, v in best_share.items()},
+        "methods": methods,
+        "regrets": {k: [round(x, 5) for x in v] for k, v in regrets.items()},
+        "definitions": {
+            "value": "true samples/s x 3600 / (devices x cost_per_device_hour)",
+            "top1_agreement": "share of jobs whose first type has the best true value",
+            "regret": "1 - true value of the first type / true value of the best type",
+            "ndcg": "NDCG of the list, relevance = true value / best true value",
+            "random": "expected value over uniformly random orders",
+            "scored_on": "the sampled jobs LEAP ranked (every method on the same jobs)",
+            "prediction_vs_truth": "LEAP's predicted samples/s of every ranked (job, type) "
+                                   "against the true median, split by whether the family "
+                                   "ran on the type in the history window",
+        },
+    }
+
+
+def prediction_vs_truth(results: Sequence[RankResult],
+                        truth: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Accuracy of the ranked entries' predicted throughput against the true median.
+
+    Split by the entry's ``missing_hardware_history`` flag: the types a family already ran
+    on (history answers) and the types it never ran on (what a ranking must predict).
+
+    Examples
+    --------
+    >>> # prediction_vs_truth(leap_rankings(ranker, jobs, cands), true_throughputs(...))
+    """
+    from leap import metrics
+
+    pred: dict[str, list[float]] = {"with_hardware_history": [], "without_hardware_history": []}
+    true: dict[str, list[float]] = {"with_hardware_history": [], "without_hardware_history": []}
+    for res, tps in zip(results, truth, strict=True):
+        for entry in res.ranking:
+            key = ("without_hardware_history" if "missing_hardware_history" in entry.flags
+                   else "with_hardware_history")
+            pred[key].append(entry.predicted_throughput)
+            true[key].append(tps.get(entry.hardware, math.nan))
+    out = {}
+    for key in pred:
+        p, t = np.array(pred[key]), np.array(true[key])
+        ok = np.isfinite(t)
+        out[key] = {"n": float(ok.sum()), "accuracy": metrics.accuracy(p[ok], t[ok]),
+                    "median_ape": metrics.median_ape(p[ok], t[ok])}
+    return out

@@ -1,0 +1,99 @@
+"""`leap backtest`, `leap experiment lookup|ranking|impact` and `leap report` on the small fleet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import leap.cli
+from leap.cli import app
+from leap.config import Workspace
+from leap.errors import ConfigError
+from leap.eval.report import PLOTS, report_tables, write_report
+
+leap.cli._register()
+runner = CliRunner()
+SMALL = ["--nights", "2", "--window-days", "3", "--model", "global", "--workers", "1"]
+
+
+def leap(ws: Workspace, *args: str) -> str:
+    result = runner.invoke(app, ["--home", str(ws.home), *args])
+    assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def report_dir(trained_workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+
+    home = tmp_path_factory.mktemp("report-home")
+    shutil.copytree(trained_workspace.home, home, dirs_exist_ok=True)
+    ws = Workspace(home)
+    out = home / "report"
+    text = leap(ws, "report", "--out", str(out), *SMALL, "--sample", "40")
+    assert "wrote" in text and "backtest: 2 nights" in text
+    return out
+
+
+def test_report_writes_page_plots_and_every_number(report_dir: Path) -> None:
+    page = (report_dir / "index.html").read_text()
+    data = json.loads((report_dir / "report.json").read_text())
+    for name in PLOTS.values():
+        png = report_dir / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert f'src="{name}"' in page
+    assert len(data["backtest"]["nights"]) == 2
+    assert data["lookup"]["day"] == "2026-01-12"
+    assert data["ranking"]["n_sampled"] == 40
+    assert set(data["impact"]["arms"]) == {"baseline", "leap", "oracle"}
+    assert any("kept by the backtest" in n for n in data["notes"])
+    assert "Ranking quality against the oracle" in page and "Impact" in page
+
+
+def test_report_tables_cover_each_study(report_dir: Path) -> None:
+    data = json.loads((report_dir / "report.json").read_text())
+    keys = [t.key for t in report_tables(data)]
+    assert keys == ["backtest", "nights", "lookup", "ranking", "impact"]
+    with pytest.raises(ConfigError, match="nothing to report"):
+        write_report(report_dir / "empty")
+
+
+def test_report_includes_a_real_data_result(report_dir: Path, tmp_path: Path) -> None:
+    data = json.loads((report_dir / "report.json").read_text())
+    real = {"data": {"rows": 3, "checksum": "abc", "sources": {"gavel": {"repo": "r",
+                                                                          "license": "MIT"}}},
+            "results": {"gavel": {"unseen_hardware": {"lookup": {
+                "n": 3, "coverage": 0.0, "accuracy_within_20pct": float("nan"),
+                "median_ape": float("nan")}}}}}
+    page = write_report(tmp_path, lookup=data["lookup"], real_data=real)
+    assert 'id="real-data"' in page.read_text()
+
+
+def test_backtest_cli_resumes_and_prints_json(fresh_copy: Workspace) -> None:
+    first = json.loads(leap(fresh_copy, "backtest", *SMALL, "--json"))
+    assert first["computed"] == ["2026-01-11", "2026-01-12"]
+    again = leap(fresh_copy, "backtest", *SMALL)
+    assert "0 night(s) computed, 2 reused" in again
+    assert "accuracy ±20% (attempts)" in again
+
+
+def test_experiment_commands_use_the_published_model(fresh_copy: Workspace) -> None:
+    lookup = json.loads(leap(fresh_copy, "experiment", "lookup", "--json"))
+    assert lookup["model"].startswith("published") and 0 < lookup["table_coverage"] <= 1
+    ranking = json.loads(leap(fresh_copy, "experiment", "ranking", "--sample", "30", "--json"))
+    assert ranking["n_sampled"] == 30
+    impact = leap(fresh_copy, "experiment", "impact", "--advice-depth", "1")
+    assert "LEAP advice" in impact
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    for args, message in ((["backtest"], "no attempt store"),
+                          (["backtest", "--dask", "nowhere"], "scheduler address"),
+                          (["experiment", "lookup"], "no attempt store")):
+        result = runner.invoke(app, ["--home", str(tmp_path), *args])
+        assert result.exit_code == 1
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
