@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SMALL_AS_OF, small_train_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from conftest import SMALL_AS_OF, small_train_config
 from leap.catalog import Catalog
 from leap.cli import _register, app
 from leap.config import Workspace
@@ -40,7 +40,8 @@ def attempts(sim_workspace: Workspace) -> pd.DataFrame:
 
 # --- history: point in time -------------------------------------------------------------
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cut_day=st.integers(min_value=3, max_value=11), extra_shift_h=st.floats(0, 200))
 def test_adding_later_attempts_changes_no_feature(attempts: pd.DataFrame, cut_day: int,
                                                   extra_shift_h: float) -> None:
@@ -173,7 +174,7 @@ def test_corrupt_or_foreign_artifacts_are_refused_clearly(fresh_copy: Workspace)
     path = reg.path(reg.latest_version() or "")
     spec_file = path / "model" / "router.txt"
     spec_file.write_text(spec_file.read_text() + "\n")
-    with pytest.raises(ArtifactError, match="checksum mismatch for model/router.txt"):
+    with pytest.raises(ArtifactError, match=r"checksum mismatch for model/router\.txt"):
         load_artifact(path)
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["feature_version"] = 999
