@@ -215,6 +215,21 @@ def test_training_twice_gives_the_same_model(sim_workspace: Workspace) -> None:
     assert a.artifact.model.to_files() == b.artifact.model.to_files()
 
 
+def test_history_features_earn_their_place(sim_workspace: Workspace) -> None:
+    """The no-history ablation trains (physics start point only) and is clearly worse."""
+    acc = {}
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        for use_history in (True, False):
+            cfg = small_train_config(model_kind="global", window_days=5, use_history=use_history)
+            run = train_nightly(store, CAT, Registry(Path("/nonexistent")), as_of=SMALL_AS_OF,
+                                cfg=cfg, publish=False)
+            assert run.artifact is not None
+            names = run.artifact.spec.names
+            assert ("hist_est" in names) == use_history
+            acc[use_history] = run.artifact.manifest["metrics"]["held_out"]["accuracy"]
+    assert acc[True] > acc[False] + 0.1
+
+
 def test_too_little_data_is_a_clear_error(sim_workspace: Workspace) -> None:
     with Store(sim_workspace.store_path, read_only=True) as store, \
             pytest.raises(ModelError, match="succeeded attempts in the window"):

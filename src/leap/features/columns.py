@@ -46,13 +46,24 @@ class Columns:
 
     @classmethod
     def from_request(cls, job: Mapping[str, Any], hardware: Sequence[str]) -> Columns:
-        """One job on each of ``hardware``; only launch-time fields are kept."""
+        """One job on each of ``hardware``; only launch-time fields are kept.
+
+        Numbers become typed arrays (int64 / float64), which spares :meth:`num` a conversion
+        on the serving path; strings and missing values (``None``, NaN) stay objects.
+        """
         n = len(hardware)
         arrays: dict[str, np.ndarray] = {}
         for c in JOB_COLUMNS:
-            if c in job:
+            if c not in job:
+                continue
+            v = job[c]
+            if isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_):
+                arrays[c] = np.full(n, v, dtype=np.int64)
+            elif isinstance(v, float | np.floating) and v == v:
+                arrays[c] = np.full(n, v, dtype=np.float64)
+            else:
                 arr = np.empty(n, dtype=object)
-                arr[:] = [job[c]] * n
+                arr[:] = [None if v is None or v != v else v] * n
                 arrays[c] = arr
         arrays["hardware"] = np.asarray(list(hardware), dtype=object)
         return cls(arrays, n)

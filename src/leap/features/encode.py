@@ -211,11 +211,15 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
 def base_margin(X: np.ndarray, spec: FeatureSpec, fallback: float) -> np.ndarray:
     """The boosting start point for each row: the history-adjusted physics estimate.
 
-    Falls back to the physics estimate alone, then to ``fallback`` (the training median of
+    Falls back to the physics estimate alone (always, for a model without history
+    features), then to ``fallback`` (the training median of
     log throughput) where neither exists; the trees learn the correction on top, so the
     prediction is still log throughput.
     """
     names = list(spec.names)
-    est = X[:, names.index("hist_est")]
     phys = X[:, names.index("log_phys_sps")]
-    return np.where(np.isfinite(est), est, np.where(np.isfinite(phys), phys, fallback))
+    start = np.where(np.isfinite(phys), phys, fallback)
+    if "hist_est" not in names:  # a model trained without history features
+        return start
+    est = X[:, names.index("hist_est")]
+    return np.where(np.isfinite(est), est, start)
