@@ -19,7 +19,7 @@ from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.store import Store
 from leap.errors import ArtifactError, ModelError, QualityGateError
-from leap.features.encode import FeatureSpec, encode, jobs_frame
+from leap.features.encode import FEATURE_VERSION, FeatureSpec, encode, jobs_frame
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.model.artifact import Registry, load_artifact, write_artifact
 from leap.model.cascade import CascadeModel, GBMParams, GlobalModel, model_from_files
@@ -179,7 +179,7 @@ def test_corrupt_or_foreign_artifacts_are_refused_clearly(fresh_copy: Workspace)
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["feature_version"] = 999
     (path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match="feature_version is 999 but this leap reads 1"):
+    with pytest.raises(ArtifactError, match=f"feature_version is 999 but this leap reads {FEATURE_VERSION}"):
         load_artifact(path)
     (path / "manifest.json").unlink()
     with pytest.raises(ArtifactError, match="is not a leap model artifact"):

@@ -24,7 +24,7 @@ from leap.features.columns import SMALL, Columns
 from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 
 #: Columns a serving request must be able to supply (everything else is optional).
 REQUEST_COLUMNS: tuple[str, ...] = ("family_id", "model_type", "trainer_count", "batch_size",
@@ -41,7 +41,8 @@ _PHYS = ("log_compute_sps", "log_weight_stream_sps", "log_comm_s", "comm_to_comp
 CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "precision", "model_category")
 
 # Residual levels in order of specificity: the first one with history gives `hist_est`.
-_RESIDUAL_PRIORITY = ("fam_hw_tc", "fam_hw", "fam_shape", "fam_vendor", "fam", "mt_hw", "mt")
+_RESIDUAL_PRIORITY = ("fam_hw_shape", "fam_hw_tc", "fam_hw", "fam_shape", "fam_vendor", "fam",
+                      "mt_hw", "mt")
 
 
 def _history_names() -> list[str]:

@@ -54,6 +54,8 @@ class Level:
 
 
 LEVELS: tuple[Level, ...] = (
+    # The exact configuration on this hardware: the previous system's lookup-table key.
+    Level("fam_hw_shape", ("family_id", "hardware", "shape"), ("y", "r")),
     Level("fam_hw_tc", ("family_id", "hardware", "trainer_count"), ("y", "r")),
     Level("fam_hw", ("family_id", "hardware"), ("y", "r")),
     # The same job shape on other hardware: what spec-ratio scaling transfers.
