@@ -19,18 +19,19 @@ from leap.catalog import Catalog
 from leap.data.schema import ATTEMPTS_SCHEMA
 from leap.datasets import OUTCOME_COLUMNS, benchmark_catalog, load_throughput
 from leap.errors import ConfigError, ModelError
+from leap.eval.parallel import Parallel
 from leap.eval.real_data import (
     CELL_KEY,
     EVAL_DAY,
     LEAP,
     PROTOCOLS,
     TARGET,
+    AttemptsPredictor,
     FitPredict,
     LinearScaling,
     LookupTable,
     NearestNeighbors,
     SpecRatio,
-    attempts_predictor,
     baseline_predictors,
     flat_results,
     html_section,
@@ -118,6 +119,23 @@ def test_predictors_never_see_the_outcome_or_a_held_out_cell(clean: pd.DataFrame
                         n_folds=4)
     assert sum(seen) == len(df) and len(seen) == 8
     assert out["results"]["gavel"]["held_out_cells"]["spy"]["coverage"] == 1.0
+
+
+def test_folds_on_worker_processes_match_the_serial_run(clean: pd.DataFrame,
+                                                        catalog: Catalog) -> None:
+    """Picklable predictors run on workers, a lambda stays here; the numbers are the same."""
+    df = clean[clean["source"] == "gavel"]
+    preds: dict[str, FitPredict] = {"knn": NearestNeighbors(),
+                                    "ones": lambda tr, te, c: np.ones(len(te))}
+    calls: list[tuple[int, int]] = []
+    kwargs = {"protocols": ["unseen_model"], "catalog": catalog}
+    serial = run_protocols(df, preds, **kwargs)
+    parallel = run_protocols(df, preds, parallel=Parallel(workers=2),
+                             progress=lambda done, total, label: calls.append((done, total)),
+                             **kwargs)
+    assert parallel["results"] == serial["results"]
+    assert calls[-1][0] == calls[-1][1] == 2 * serial["results"]["gavel"]["unseen_model"][
+        "knn"]["folds"]
 
 
 def test_a_predictor_of_the_wrong_length_is_refused(clean: pd.DataFrame,
@@ -227,7 +245,7 @@ def test_attempts_predictor_hands_over_attempt_tables(clean: pd.DataFrame,
         return np.full(test.num_rows, 1.0)
 
     df = clean[clean["source"] == "gavel"]
-    out = run_protocols(df, {LEAP: attempts_predictor(fit_predict)}, catalog=catalog,
+    out = run_protocols(df, {LEAP: AttemptsPredictor(fit_predict)}, catalog=catalog,
                         protocols=["unseen_hardware"])
     assert len(calls) == 3 and sum(n for _, n in calls) == len(df)
     assert out["results"]["gavel"]["unseen_hardware"][LEAP]["n"] == len(df)

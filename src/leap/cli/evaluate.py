@@ -426,11 +426,9 @@ def report_cmd(
 
 def _real_data(ws: Workspace, path: Path | None, run: bool) -> dict[str, Any] | None:
     if run:
-        from leap.datasets import load_throughput
-        from leap.eval.real_data import run_real_data
+        from leap.cli.bench_data import evaluate_real_data
 
-        with err_console.status("real-data evaluation", spinner="dots") as status:
-            return run_real_data(load_throughput(), progress=lambda m: status.update(m))
+        return evaluate_real_data(workers=None, quiet=False)
     default = ws.work_dir / "reports" / "real_data.json"
     chosen = path if path is not None else (default if default.is_file() else None)
     if chosen is None:

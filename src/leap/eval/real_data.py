@@ -19,15 +19,16 @@ the outcome columns (:data:`leap.datasets.OUTCOME_COLUMNS`). Accuracy is the sha
 covered test rows within ±20%; ``accuracy_within_20pct_all`` counts uncovered rows as misses.
 
 The learned predictor plugs in through :func:`learned_predictor` (the hook) or by passing
-``predictors={"leap": fn, ...}`` to :func:`run_protocols`; :func:`attempts_predictor` adapts a
-function of attempt tables (the store's format) to a :data:`FitPredict`.
+``predictors={"leap": fn, ...}`` to :func:`run_protocols`; :class:`AttemptsPredictor` adapts
+a function of attempt tables (the store's format) to a :data:`FitPredict`.
 """
 
 from __future__ import annotations
 
 import functools
 import html
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import pickle
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,7 @@ from leap.datasets import (
     to_attempts,
 )
 from leap.errors import ConfigError, ModelError, did_you_mean
+from leap.eval.parallel import Parallel
 
 #: ``fn(train_rows, test_rows_without_outcome, catalog) -> predicted whole-job throughput``.
 FitPredict = Callable[[pd.DataFrame, pd.DataFrame, Catalog], np.ndarray]
@@ -411,14 +413,15 @@ def baseline_predictors() -> dict[str, FitPredict]:
 
 
 # The learned predictor ------------------------------------------------------------------------
-#: The as-of time of :func:`attempts_predictor`: test attempts sit here, training before it.
+#: The as-of time of :class:`AttemptsPredictor`: test attempts sit here, training before it.
 EVAL_DAY = datetime(2026, 1, 1, tzinfo=UTC)
 #: Days before :data:`EVAL_DAY` the training attempts are spread over.
 EVAL_HISTORY_DAYS = 28
 
 
-def attempts_predictor(fn: AttemptsFitPredict) -> FitPredict:
-    """Adapt ``fn(train_attempts, test_attempts, catalog)`` to a :data:`FitPredict`.
+@dataclass(frozen=True)
+class AttemptsPredictor:
+    """``fn(train_attempts, test_attempts, catalog)`` as a :data:`FitPredict`.
 
     Both tables follow :data:`leap.data.schema.ATTEMPTS_SCHEMA` (via
     :func:`leap.datasets.to_attempts`); the test table's ``throughput`` is null. The
@@ -429,9 +432,14 @@ def attempts_predictor(fn: AttemptsFitPredict) -> FitPredict:
     then sees a growing share of the others, as in production; the test attempts sit at
     :data:`EVAL_DAY`, where a snapshot sees every training row and no test row. ``fn``
     returns whole-job samples/s per test attempt.
+
+    A module-level ``fn`` makes the predictor picklable, so its folds can run on worker
+    processes (``workers`` of :func:`run_real_data`).
     """
 
-    def fit_predict(train: pd.DataFrame, test: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    fn: AttemptsFitPredict
+
+    def __call__(self, train: pd.DataFrame, test: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         tr = to_attempts(train)
         te = to_attempts(_without_outcome(test))
         col = tr.schema.get_field_index("submitted_at")
@@ -447,10 +455,7 @@ def attempts_predictor(fn: AttemptsFitPredict) -> FitPredict:
                            .cast(kind))
         te = te.set_column(col, "submitted_at",
                            pa.array([EVAL_DAY] * te.num_rows, type=kind))
-        return np.asarray(fn(tr, te, catalog), dtype=float)
-
-    return fit_predict
-
+        return np.asarray(self.fn(tr, te, catalog), dtype=float)
 
 def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) -> np.ndarray:
     """Train leap's nightly model on ``train`` attempts; predict samples/s of ``test`` rows.
@@ -475,7 +480,7 @@ def learned_predictor() -> FitPredict | None:
 
     ``leap experiment real-data`` adds it to the baselines under the name :data:`LEAP`.
     """
-    return attempts_predictor(leap_train_and_predict)
+    return AttemptsPredictor(leap_train_and_predict)
 
 
 def default_predictors() -> dict[str, FitPredict]:
@@ -504,19 +509,72 @@ def _score(pred: np.ndarray, actual: np.ndarray, folds: int) -> dict[str, float 
     }
 
 
-def iter_predictions(df: pd.DataFrame, predictor: FitPredict, protocol: str, catalog: Catalog,
-                     *, n_folds: int = 10, seed: int = 0
-                     ) -> Iterator[tuple[Split, np.ndarray]]:
-    """Run ``predictor`` on every fold of ``protocol`` over ``df`` (one source)."""
-    frame = df.reset_index(drop=True)
-    for split in make_splits(frame, protocol, n_folds=n_folds, seed=seed):
-        train = frame.iloc[split.train].reset_index(drop=True)
-        test = _without_outcome(frame.iloc[split.test]).reset_index(drop=True)
-        pred = np.asarray(predictor(train, test, catalog), dtype=float).reshape(-1)
-        if pred.shape != (len(test),):
-            raise ModelError(f"predictor returned {pred.shape[0]} values for {len(test)} test "
-                             f"rows ({split.source}, {protocol}, fold {split.fold})")
-        yield split, pred
+#: ``progress(done, total, label)``: called as folds finish.
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """One fit-and-predict: a predictor, its training rows and the test rows (no outcome)."""
+
+    predictor: FitPredict
+    train: pd.DataFrame
+    test: pd.DataFrame
+    catalog: Catalog
+    where: str
+
+
+def _fit_predict(fold: _Fold) -> np.ndarray:
+    pred = np.asarray(fold.predictor(fold.train, fold.test, fold.catalog),
+                      dtype=float).reshape(-1)
+    if pred.shape != (len(fold.test),):
+        raise ModelError(f"predictor returned {pred.shape[0]} values for {len(fold.test)} "
+                         f"test rows ({fold.where})")
+    return pred
+
+
+def _picklable(obj: object) -> bool:
+    """Whether ``obj`` can travel to a worker process (a lambda or closure cannot)."""
+    try:
+        pickle.dumps(obj)
+    except Exception:
+        return False
+    return True
+
+
+def held_out_predictions(frame: pd.DataFrame, predictors: Mapping[str, FitPredict],
+                         protocol: str, catalog: Catalog, *, n_folds: int = 10, seed: int = 0,
+                         parallel: Parallel | None = None, progress: Progress | None = None
+                         ) -> dict[str, tuple[np.ndarray, int]]:
+    """Every predictor's held-out prediction for each row of ``frame`` (one source).
+
+    Returns ``{name: (prediction per row, folds)}``; a row no fold tests stays NaN. The
+    folds of picklable predictors run on ``parallel`` (worker processes or Dask); the others
+    (lambdas, closures) run in this process.
+    """
+    frame = frame.reset_index(drop=True)
+    splits = make_splits(frame, protocol, n_folds=n_folds, seed=seed)
+    remote = parallel is not None and parallel.backend != "serial"
+    tasks: dict[bool, list[tuple[str, Split, _Fold]]] = {True: [], False: []}
+    for name, predictor in predictors.items():
+        where = remote and _picklable(predictor)
+        for split in splits:
+            fold = _Fold(predictor, frame.iloc[split.train].reset_index(drop=True),
+                         _without_outcome(frame.iloc[split.test]).reset_index(drop=True),
+                         catalog, f"{split.source}, {protocol}, fold {split.fold}")
+            tasks[where].append((name, split, fold))
+    out = {name: (np.full(len(frame), np.nan), len(splits)) for name in predictors}
+    total, done = len(tasks[True]) + len(tasks[False]), 0
+    for where, runner in ((True, parallel), (False, Parallel())):
+        if not tasks[where] or runner is None:
+            continue
+        for i, pred in runner.map(_fit_predict, [t[2] for t in tasks[where]]):
+            name, split, _ = tasks[where][i]
+            out[name][0][split.test] = pred
+            done += 1
+            if progress is not None:
+                progress(done, total, f"{split.source} {protocol} {name}")
+    return out
 
 
 def run_protocols(
@@ -528,7 +586,8 @@ def run_protocols(
     catalog: Catalog | None = None,
     n_folds: int = 10,
     seed: int = 0,
-    progress: Callable[[str], None] | None = None,
+    parallel: Parallel | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Score every predictor on every protocol, per source.
 
@@ -546,8 +605,10 @@ def run_protocols(
         Hardware specs for the predictors; :func:`leap.datasets.benchmark_catalog` by default.
     n_folds, seed : int
         Folds of ``held_out_cells`` and the seed that deals cells into them.
+    parallel : Parallel, optional
+        Where the folds run (default: in this process, one after another).
     progress : callable, optional
-        Called with a short line per (source, protocol, method).
+        ``progress(done, total, label)`` as folds finish (per source and protocol).
 
     Returns
     -------
@@ -575,27 +636,20 @@ def run_protocols(
             raise ConfigError(f"source '{s}' has no rows here{did_you_mean(s, present)}; "
                               f"sources present: {', '.join(present)}")
     cat = catalog if catalog is not None else benchmark_catalog()
-    say = progress or (lambda _msg: None)
     results: dict[str, dict[str, dict[str, dict[str, float | int]]]] = {}
     for source in chosen:
         frame = df[df["source"] == source].reset_index(drop=True)
         actual = frame[TARGET].to_numpy(float)
         results[source] = {}
         for protocol in protocols:
-            results[source][protocol] = {}
-            for name, predictor in predictors.items():
-                pred = np.full(len(frame), np.nan)
-                tested = np.zeros(len(frame), dtype=bool)
-                folds = 0
-                for split, fold_pred in iter_predictions(frame, predictor, protocol, cat,
-                                                         n_folds=n_folds, seed=seed):
-                    pred[split.test] = fold_pred
-                    tested[split.test] = True
-                    folds += 1
-                results[source][protocol][name] = _score(pred[tested], actual[tested], folds)
-                r = results[source][protocol][name]
-                say(f"{source:18s} {protocol:16s} {name:28s} n={r['n']:5d} "
-                    f"cov={r['coverage']:.2f} acc={r['accuracy_within_20pct']:.3f}")
+            preds = held_out_predictions(frame, predictors, protocol, cat, n_folds=n_folds,
+                                         seed=seed, parallel=parallel, progress=progress)
+            tested = np.zeros(len(frame), dtype=bool)
+            for split in make_splits(frame, protocol, n_folds=n_folds, seed=seed):
+                tested[split.test] = True
+            results[source][protocol] = {
+                name: _score(pred[tested], actual[tested], folds)
+                for name, (pred, folds) in preds.items()}
     return {
         "settings": {"n_folds": n_folds, "seed": seed, "protocols": list(protocols),
                      "methods": list(predictors), "sources": chosen,
@@ -625,41 +679,68 @@ def reference_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def reference_check(df: pd.DataFrame, catalog: Catalog | None = None,
-                    predictors: Mapping[str, FitPredict] | None = None) -> dict[str, Any]:
+                    predictors: Mapping[str, FitPredict] | None = None, *,
+                    predictions: Mapping[str, tuple[np.ndarray, int]] | None = None,
+                    parallel: Parallel | None = None) -> dict[str, Any]:
     """Reproduce the reference spec-ratio figures (~71% / 61% / 54% within ±20%).
 
     Hold each accelerator type out per (table, model, precision) of the Lambda PyTorch
     single-GPU rows and predict it by the median over the other types of spec-ratio
     estimates (published specs only, so a type without the figure is not covered).
     ``predictors`` (e.g. the learned one) are scored on the same rows, on all of them and
-    on the rows the geometric-mean variant covers (``matched_geomean``).
+    on the rows the geometric-mean variant covers (``matched_geomean``). ``predictions``
+    already made on :func:`reference_rows` (``unseen_hardware``) are reused, not refitted.
     """
     rows = reference_rows(df)
     cat = catalog if catalog is not None else benchmark_catalog()
     actual = rows[TARGET].to_numpy(float)
     out: dict[str, Any] = {"rows": len(rows), "expected": {
         "spec_ratio_geomean": 0.71, "spec_ratio_bandwidth": 0.61, "spec_ratio_flops": 0.54}}
-    variants: dict[str, FitPredict] = {
-        f"spec_ratio_{ratio}": SpecRatio(ratio, match_batch=False)
-        for ratio in ("geomean", "bandwidth", "flops")}
-    covered = np.ones(len(rows), dtype=bool)
-    for name, predictor in {**variants, **(predictors or {})}.items():
-        pred = np.full(len(rows), np.nan)
-        folds = 0
-        for split, fold_pred in iter_predictions(rows, predictor, "unseen_hardware", cat):
-            pred[split.test] = fold_pred
-            folds += 1
+    variants = reference_variants()
+    preds = _reference_predictions(rows, {**variants, **(predictors or {})}, cat,
+                                   predictions, parallel)
+    covered = np.isfinite(preds["spec_ratio_geomean"][0])
+    for name, (pred, folds) in preds.items():
         out[name] = _score(pred, actual, folds)
-        if name == "spec_ratio_geomean":
-            covered = np.isfinite(pred)
-        elif name not in variants:
+        if name not in variants:
             out[name]["matched_geomean"] = _score(pred[covered], actual[covered], folds)
     return out
 
 
+def reference_variants() -> dict[str, FitPredict]:
+    """The spec-ratio estimates of the reference figure (published specs, any batch size)."""
+    return {f"spec_ratio_{ratio}": SpecRatio(ratio, match_batch=False)
+            for ratio in ("geomean", "bandwidth", "flops")}
+
+
+def _reference_predictions(rows: pd.DataFrame, predictors: Mapping[str, FitPredict],
+                           catalog: Catalog,
+                           predictions: Mapping[str, tuple[np.ndarray, int]] | None,
+                           parallel: Parallel | None) -> dict[str, tuple[np.ndarray, int]]:
+    """Each type held out of ``rows`` (``unseen_hardware``), reusing ``predictions``."""
+    done = dict(predictions or {})
+    missing = {n: p for n, p in predictors.items() if n not in done}
+    if missing:
+        done |= held_out_predictions(rows, missing, "unseen_hardware", catalog,
+                                     parallel=parallel)
+    return {n: done[n] for n in predictors}
+
+
 # Ranking on real prices --------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheapestType:
+    """Not a prediction: ``1 / price``, so ranking by "value" picks the cheapest type."""
+
+    price: Mapping[str, float]
+
+    def __call__(self, train: pd.DataFrame, test: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        return 1.0 / test["hardware"].map(self.price).to_numpy(float)
+
+
 def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
-                  catalog: Catalog | None = None) -> dict[str, Any]:
+                  catalog: Catalog | None = None, *,
+                  predictions: Mapping[str, tuple[np.ndarray, int]] | None = None,
+                  parallel: Parallel | None = None) -> dict[str, Any]:
     """Do predictions pick the best-value type? Lambda PyTorch, one GPU, public prices.
 
     For each configuration (table, model, precision), the types with a public on-demand quote
@@ -670,7 +751,7 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
     whose predicted best type is the measured best; ``value_regret``: ``1 - measured value of
     the predicted best / measured value of the best`` (0 = no loss), the best taken over
     every priced type. A configuration is ranked when at least two priced types have a
-    prediction.
+    prediction. ``predictions`` already made on :func:`reference_rows` are reused.
     """
     cat = catalog if catalog is not None else benchmark_catalog()
     rows = reference_rows(df)
@@ -682,12 +763,9 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
     n_configs = int(pd.Series(config[priced]).value_counts().ge(2).sum())
     out: dict[str, Any] = {"configurations": n_configs, "methods": {}}
     # A yardstick that needs no prediction at all: rank by price alone (cheapest first).
-    cheapest = {"cheapest_type": lambda tr, te, c: 1.0 / te["hardware"].map(price).to_numpy(
-        float)}
-    for name, predictor in {**cheapest, **predictors}.items():
-        pred = np.full(len(rows), np.nan)
-        for split, fold_pred in iter_predictions(rows, predictor, "unseen_hardware", cat):
-            pred[split.test] = fold_pred
+    cheapest = {"cheapest_type": CheapestType(price.to_dict())}
+    preds = _reference_predictions(rows, {**cheapest, **predictors}, cat, predictions, parallel)
+    for name, (pred, _) in preds.items():
         value = pred * 3600.0 / rows["hardware"].map(price).to_numpy(float)
         frame = pd.DataFrame({"config": config, "measured": measured,
                               "predicted": np.where(value > 0, value, np.nan)})[priced]
@@ -715,18 +793,20 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
 def run_real_data(df: pd.DataFrame, *, predictors: Mapping[str, FitPredict] | None = None,
                   sources: Sequence[str] | None = None, protocols: Sequence[str] = PROTOCOLS,
                   n_folds: int = 10, seed: int = 0, include_flagged: bool = False,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  parallel: Parallel | None = None,
+                  progress: Progress | None = None) -> dict[str, Any]:
     """The whole experiment as one JSON-ready dict.
 
     Protocols per source (:func:`run_protocols`) and, when Lambda PyTorch is among the
     sources, the reference spec-ratio check (:func:`reference_check`) and the ranking check
     on public prices (:func:`ranking_check`), plus data provenance and :func:`verdicts`.
+    The folds run on ``parallel`` (default: this process); see :func:`held_out_predictions`.
     """
     preds = dict(predictors) if predictors is not None else default_predictors()
     data = df if include_flagged else df[~df["flagged"]].reset_index(drop=True)
     catalog = benchmark_catalog()
     out = run_protocols(data, preds, sources=sources, protocols=protocols, catalog=catalog,
-                        n_folds=n_folds, seed=seed, progress=progress)
+                        n_folds=n_folds, seed=seed, parallel=parallel, progress=progress)
     used = out["settings"]["sources"]
     result: dict[str, Any] = {
         "experiment": "real-data",
@@ -743,13 +823,14 @@ def run_real_data(df: pd.DataFrame, *, predictors: Mapping[str, FitPredict] | No
         **out,
     }
     if "lambda_pytorch" in used:
-        if progress is not None:
-            progress("reference check and ranking on public prices (Lambda PyTorch)")
         learned = {LEAP: preds[LEAP]} if LEAP in preds else None
-        result["reference_check"] = reference_check(df, catalog, learned)
         # The lookup table and linear scaling never predict an unseen single-GPU type.
         ranked = {m: p for m, p in preds.items() if m not in ("lookup", "linear_scaling")}
-        result["ranking_check"] = ranking_check(df, ranked, catalog)
+        # Both checks hold each type out of the same rows: fit each method once for both.
+        shared = held_out_predictions(reference_rows(df), ranked, "unseen_hardware", catalog,
+                                      parallel=parallel, progress=progress)
+        result["reference_check"] = reference_check(df, catalog, learned, predictions=shared)
+        result["ranking_check"] = ranking_check(df, ranked, catalog, predictions=shared)
     result["verdicts"] = verdicts(result)
     return result
 
