@@ -1,7 +1,9 @@
 """Benchmark: `leap serve` over loopback HTTP under a fixed request rate, then at saturation.
 
-Starts the real server (``python -m leap serve``) in its own process, then drives
-``POST /v1/rank`` (one job x 20 candidate types) from an async httpx loop in this process:
+Starts the real server (``python -m leap serve --workers N``, default one process per core)
+in its own processes, then drives ``POST /v1/rank`` (one job x 20 candidate types) from an
+asyncio loop in this process over keep-alive connections (a minimal HTTP/1.1 client: httpx
+costs ~4 ms of CPU per request, which would take the server's core):
 
 1. open loop at ``--rate`` requests/s for ``--duration`` s (default 200/s for 60 s, so 12,000
    requests): latency is measured from each request's *scheduled* send time, so a stalled
@@ -10,7 +12,7 @@ Starts the real server (``python -m leap serve``) in its own process, then drive
 
 Counts and time are bounded. Prints the figures and writes bench/results/bench_http.json.
 
-    python bench/bench_http.py [--home DIR] [--rate 200] [--duration 60]
+    python bench/bench_http.py [--home DIR] [--rate 200] [--duration 60] [--server-workers 2]
 """
 
 from __future__ import annotations
@@ -49,10 +51,26 @@ def run(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def server_cpu_s(pid: int) -> float:
+    """User + system CPU seconds so far of process ``pid`` and its descendants (Linux /proc).
+
+    ``leap serve --workers N`` runs N worker processes under one supervisor.
+    """
+    stats: dict[int, tuple[int, float]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(p.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12]))
+                                  / os.sysconf("SC_CLK_TCK"))
+    tree, total = {pid}, 0.0
+    for _ in range(4):  # supervisor -> workers (-> their helpers)
+        tree |= {q for q, (parent, _) in stats.items() if parent in tree}
+    for q in tree:
+        total += stats.get(q, (0, 0.0))[1]
+    return total
 
 
 def free_port() -> int:
@@ -61,9 +79,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(home: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(home: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(home), "serve",
-                             "--port", str(port), "--log-level", "warning"],
+                             "--port", str(port), "--log-level", "warning",
+                             "--workers", str(workers)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -88,78 +107,120 @@ def summary(lat_ms: list[float], wall_s: float, errors: int, sent: int) -> dict[
             "p99_ms": float(np.percentile(a, 99)), "max_ms": float(np.max(a))}
 
 
-async def open_loop(base: str, bodies: list[bytes], rate: float,
+class Connections:
+    """Keep-alive HTTP/1.1 connections for the load loop: a minimal client, like wrk's.
+
+    httpx spends ~4 ms of CPU per request, which on a 2-core machine steals the server's
+    core; writing the request bytes and reading a Content-Length body costs a small
+    fraction of that, so the figures are the server's.
+    """
+
+    def __init__(self, host: str, port: int, size: int) -> None:
+        self.host, self.port, self.size = host, port, size
+        self.free: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
+            asyncio.Queue()
+
+    async def open(self) -> None:
+        for _ in range(self.size):
+            self.free.put_nowait(await asyncio.open_connection(self.host, self.port))
+
+    async def close(self) -> None:
+        while not self.free.empty():
+            _, writer = self.free.get_nowait()
+            writer.close()
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST ``body``; (status, response body). Raises OSError on a broken connection."""
+        reader, writer = await self.free.get()
+        try:
+            writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: "
+                         f"application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                         .encode() + body)
+            head = await reader.readuntil(b"\r\n\r\n")
+            at = head.lower().index(b"content-length:") + 15
+            data = await reader.readexactly(int(head[at:head.index(b"\r\n", at)]))
+        except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
+            writer.close()  # replace the broken connection, then report the failure
+            self.free.put_nowait(await asyncio.open_connection(self.host, self.port))
+            raise OSError(f"request failed: {exc!r}") from None
+        self.free.put_nowait((reader, writer))
+        return int(head[9:12]), data
+
+
+async def open_loop(host: str, port: int, bodies: list[bytes], rate: float,
                     duration_s: float, max_in_flight: int) -> dict[str, Any]:
     total = int(rate * duration_s)
     lat: list[float] = []
     service: list[float] = []
     errors = 0
-    sem = asyncio.Semaphore(max_in_flight)
-    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
-    async with httpx.AsyncClient(base_url=base, timeout=10.0, limits=limits) as client:
-        async def one(i: int, scheduled: float) -> None:
-            nonlocal errors
-            async with sem:
-                sent = time.perf_counter()
-                try:
-                    r = await client.post("/v1/rank", content=bodies[i % len(bodies)],
-                                          headers=JSON)
-                    done = time.perf_counter()
-                    if r.status_code != 200 or OK_MARK not in r.content:
-                        errors += 1
-                        return
-                except httpx.HTTPError:
-                    errors += 1
-                    return
-            lat.append((done - scheduled) * 1e3)
-            service.append((done - sent) * 1e3)
+    conns = Connections(host, port, max_in_flight)
+    await conns.open()
 
-        t0 = time.perf_counter()
-        tasks = []
-        for i in range(total):
-            scheduled = t0 + i / rate
-            delay = scheduled - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(i, scheduled)))
-        await asyncio.gather(*tasks)
-        wall = time.perf_counter() - t0
+    async def one(i: int, scheduled: float) -> None:
+        nonlocal errors
+        sent = time.perf_counter()
+        try:
+            status, content = await conns.post("/v1/rank", bodies[i % len(bodies)])
+        except OSError:
+            errors += 1
+            return
+        done = time.perf_counter()
+        if status != 200 or OK_MARK not in content:
+            errors += 1
+            return
+        lat.append((done - scheduled) * 1e3)
+        service.append((done - sent) * 1e3)
+
+    t0 = time.perf_counter()
+    tasks = []
+    for i in range(total):
+        scheduled = t0 + i / rate
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i, scheduled)))
+    await asyncio.gather(*tasks)
+    wall = time.perf_counter() - t0
+    await conns.close()
     out = summary(lat, wall, errors, total)
     out["target_rate_rps"] = rate
     s = np.asarray(service) if service else np.asarray([np.nan])
+    # "service": from the moment a connection was free to the answer (excludes waiting for
+    # a free connection, includes the server's queue).
     out["service_p50_ms"] = float(np.percentile(s, 50))
     out["service_p99_ms"] = float(np.percentile(s, 99))
     return out
 
 
-async def closed_loop(base: str, bodies: list[bytes], workers: int,
+async def closed_loop(host: str, port: int, bodies: list[bytes], workers: int,
                       duration_s: float, max_requests: int) -> dict[str, Any]:
     lat: list[float] = []
     errors = 0
     sent = 0
-    async with httpx.AsyncClient(base_url=base, timeout=10.0) as client:
-        stop_at = time.perf_counter() + duration_s
+    conns = Connections(host, port, workers)
+    await conns.open()
+    stop_at = time.perf_counter() + duration_s
 
-        async def worker(w: int) -> None:
-            nonlocal errors, sent
-            i = w
-            while time.perf_counter() < stop_at and sent < max_requests:
-                sent += 1
-                t = time.perf_counter()
-                try:
-                    r = await client.post("/v1/rank", content=bodies[i % len(bodies)],
-                                          headers=JSON)
-                    if r.status_code != 200 or OK_MARK not in r.content:
-                        errors += 1
-                    else:
-                        lat.append((time.perf_counter() - t) * 1e3)
-                except httpx.HTTPError:
+    async def worker(w: int) -> None:
+        nonlocal errors, sent
+        i = w
+        while time.perf_counter() < stop_at and sent < max_requests:
+            sent += 1
+            t = time.perf_counter()
+            try:
+                status, content = await conns.post("/v1/rank", bodies[i % len(bodies)])
+                if status != 200 or OK_MARK not in content:
                     errors += 1
-                i += workers
+                else:
+                    lat.append((time.perf_counter() - t) * 1e3)
+            except OSError:
+                errors += 1
+            i += workers
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(w) for w in range(workers)))
-        wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(workers)))
+    wall = time.perf_counter() - t0
+    await conns.close()
     out = summary(lat, wall, errors, sent)
     out["workers"] = workers
     return out
@@ -172,7 +233,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of open-loop load")
     ap.add_argument("--max-in-flight", type=int, default=32)
     ap.add_argument("--saturate", type=float, default=10.0, help="seconds of closed-loop load")
-    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=8, help="closed-loop callers")
+    ap.add_argument("--server-workers", type=int, default=os.cpu_count() or 1,
+                    help="leap serve --workers (default: one per core)")
     args = ap.parse_args()
     if args.rate * args.duration > 100_000:
         raise SystemExit("refusing more than 100,000 requests; lower --rate or --duration")
@@ -182,18 +245,19 @@ def main() -> None:
               for j in recent_jobs(home, 2000)]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = start_server(home, port)
+    proc = start_server(home, port, args.server_workers)
     try:
-        run(open_loop(base, bodies, args.rate, 3.0, args.max_in_flight))  # warm-up
-        server0, client0 = cpu_s(proc.pid), time.process_time()
-        steady = run(open_loop(base, bodies, args.rate, args.duration, args.max_in_flight))
+        run(open_loop("127.0.0.1", port, bodies, args.rate, 3.0, args.max_in_flight))  # warm
+        server0, client0 = server_cpu_s(proc.pid), time.process_time()
+        steady = run(open_loop("127.0.0.1", port, bodies, args.rate, args.duration,
+                               args.max_in_flight))
         # CPU per request does not depend on what else the machine runs: one free core
         # serves about 1000 / server_cpu_ms requests per second.
-        steady["server_cpu_ms_per_request"] = (cpu_s(proc.pid) - server0) * 1e3 / max(
+        steady["server_cpu_ms_per_request"] = (server_cpu_s(proc.pid) - server0) * 1e3 / max(
             steady["requests"], 1)
         steady["client_cpu_ms_per_request"] = (time.process_time() - client0) * 1e3 / max(
             steady["requests"], 1)
-        sat = run(closed_loop(base, bodies, args.workers, args.saturate,
+        sat = run(closed_loop("127.0.0.1", port, bodies, args.workers, args.saturate,
                               max_requests=int(args.saturate * 2000)))
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
     finally:
@@ -219,7 +283,8 @@ def main() -> None:
           f"{'met' if ok else 'MISSED'} (server fail-open count {fail_open:.0f}; load average "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
     out = {"bench": "http", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
-           "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
+           "cpus": os.cpu_count(), "server_workers": args.server_workers,
+           "load_avg_1m": os.getloadavg()[0],
            "open_loop": steady, "closed_loop": sat, "server_fail_open": fail_open,
            "target_p99_ms": TARGET_P99_MS, "target_met": ok}
     RESULTS.mkdir(exist_ok=True)

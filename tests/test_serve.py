@@ -296,13 +296,16 @@ def test_bearer_token(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # no
         assert ok.status_code == 200 and ok.json()["ranking"]
 
 
-def test_leap_serve_command(trained_workspace: Workspace) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_leap_serve_command(trained_workspace: Workspace, jobs: list[dict[str, Any]],  # noqa: F811
+                            workers: int) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "LEAP_TOKEN": "tok"}
     proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(trained_workspace.home),
-                             "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE,
+                             "serve", "--port", str(port), "--workers", str(workers)], env=env,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -315,8 +318,12 @@ def test_leap_serve_command(trained_workspace: Workspace) -> None:
 
         wait_for(up, 60)
         assert httpx.get(f"{base}/v1/model").status_code == 401
-        info = httpx.get(f"{base}/v1/model", headers={"Authorization": "Bearer tok"}).json()
+        auth = {"Authorization": "Bearer tok"}
+        info = httpx.get(f"{base}/v1/model", headers=auth).json()
         assert info["version"] == Registry(trained_workspace.models_dir).latest_version()
+        for job in jobs[:4]:  # with 2 workers, the kernel spreads connections over both
+            r = httpx.post(f"{base}/v1/rank", json={"job": job}, headers=auth).json()
+            assert r["reason"] is None and r["ranking"]
     finally:
         proc.terminate()
         proc.wait(20)

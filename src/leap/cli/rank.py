@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,25 +170,72 @@ def serve(
                                               "a premium type needs when a job has no "
                                               "flops_per_sample."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Server processes sharing the "
+                                "port, each with its own copy of the model (use one per core "
+                                "to serve more requests/s; /metrics then reports the process "
+                                "that answers)."),
 ) -> None:
     """Serve rank/predict over HTTP; picks up newly published models without a restart."""
     if not _is_loopback(host) and not token and not insecure_no_token:
         raise ConfigError(f"--host {host} exposes the service beyond this machine; set --token "
                           "(or LEAP_TOKEN), or pass --insecure-no-token")
+    import os
+
     import uvicorn
 
-    from leap.model.artifact import Registry
-    from leap.rank.ranker import Ranker
-    from leap.serve.app import create_app
-
     ws = workspace(ctx)
-    ranker = Ranker(Registry(ws.models_dir), costs=_costs(ws),
-                    premium_min_speedup=premium_min_speedup, check_interval_s=check_interval)
-    version = ranker.model_version
-    if version is None:
-        err_console.print(f"[yellow]warning:[/] {ranker.watcher.error}; serving anyway (rank "
-                          "answers fail open until a model is published)", highlight=False)
-    err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
-                      f"(docs at /docs{', token required' if token else ''})", highlight=False)
-    uvicorn.run(create_app(ranker, token=token, poll_interval_s=check_interval), host=host,
-                port=port, log_level=log_level, access_log=False)
+    settings = ServeSettings(home=str(ws.home), catalog=str(ws.catalog_path or "") or None,
+                             token=token, check_interval_s=check_interval,
+                             premium_min_speedup=premium_min_speedup)
+    app_or_factory: Any
+    if workers == 1:
+        app_or_factory = settings.app(announce=True, host=host, port=port)
+    else:
+        # Worker processes import the factory and read these settings from their environment.
+        os.environ[SERVE_SETTINGS_ENV] = json.dumps(settings.__dict__)
+        settings.app(announce=True, host=host, port=port)  # load once here: errors show now
+        app_or_factory = "leap.cli.rank:app_from_env"
+    uvicorn.run(app_or_factory, factory=workers > 1, workers=workers, host=host, port=port,
+                log_level=log_level, access_log=False)
+
+
+#: The environment variable that hands `leap serve --workers N` settings to its processes.
+SERVE_SETTINGS_ENV = "LEAP_SERVE_SETTINGS"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What each server process needs to build its app (plain values, JSON-friendly)."""
+
+    home: str
+    catalog: str | None
+    token: str | None
+    check_interval_s: float
+    premium_min_speedup: float
+
+    def app(self, *, announce: bool = False, host: str = "", port: int = 0) -> Any:
+        from leap.model.artifact import Registry
+        from leap.rank.ranker import Ranker
+        from leap.serve.app import create_app
+
+        ws = Workspace(Path(self.home), Path(self.catalog) if self.catalog else None)
+        ranker = Ranker(Registry(ws.models_dir), costs=_costs(ws),
+                        premium_min_speedup=self.premium_min_speedup,
+                        check_interval_s=self.check_interval_s)
+        if announce:
+            version = ranker.model_version
+            if version is None:
+                err_console.print(f"[yellow]warning:[/] {ranker.watcher.error}; serving anyway "
+                                  "(rank answers fail open until a model is published)",
+                                  highlight=False)
+            err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
+                              f"(docs at /docs{', token required' if self.token else ''})",
+                              highlight=False)
+        return create_app(ranker, token=self.token, poll_interval_s=self.check_interval_s)
+
+
+def app_from_env() -> Any:
+    """The app factory each `leap serve --workers N` process calls (via uvicorn)."""
+    import os
+
+    return ServeSettings(**json.loads(os.environ[SERVE_SETTINGS_ENV])).app()

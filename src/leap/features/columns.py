@@ -49,21 +49,22 @@ class Columns:
         """One job on each of ``hardware``; only launch-time fields are kept.
 
         Numbers become typed arrays (int64 / float64), which spares :meth:`num` a conversion
-        on the serving path; strings and missing values (``None``, NaN) stay objects.
+        on the serving path; strings stay objects. A missing value (``None``, NaN, ``pd.NA``) leaves its
+        column out, which reads the same as a column of missing values.
         """
         n = len(hardware)
         arrays: dict[str, np.ndarray] = {}
         for c in JOB_COLUMNS:
-            if c not in job:
+            v = job.get(c)
+            if v is None or (not isinstance(v, str) and pd.isna(v)):
                 continue
-            v = job[c]
             if isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_):
                 arrays[c] = np.full(n, v, dtype=np.int64)
-            elif isinstance(v, float | np.floating) and v == v:
+            elif isinstance(v, float | np.floating):
                 arrays[c] = np.full(n, v, dtype=np.float64)
             else:
                 arr = np.empty(n, dtype=object)
-                arr[:] = [None if v is None or v != v else v] * n
+                arr[:] = [v] * n
                 arrays[c] = arr
         arrays["hardware"] = np.asarray(list(hardware), dtype=object)
         return cls(arrays, n)
