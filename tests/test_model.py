@@ -179,7 +179,8 @@ def test_corrupt_or_foreign_artifacts_are_refused_clearly(fresh_copy: Workspace)
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["feature_version"] = 999
     (path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match=f"feature_version is 999 but this leap reads {FEATURE_VERSION}"):
+    with pytest.raises(ArtifactError,
+                       match=f"feature_version is 999 but this leap reads {FEATURE_VERSION}"):
         load_artifact(path)
     (path / "manifest.json").unlink()
     with pytest.raises(ArtifactError, match="is not a leap model artifact"):

@@ -22,7 +22,7 @@ import shutil
 import socket
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,7 +36,15 @@ from leap.catalog import Catalog
 from leap.errors import ConfigError, DataError, LeapError
 from leap.eval.baselines import gpu_hours, lookup_comparison
 from leap.eval.parallel import Parallel
-from leap.model.train import TrainConfig, WindowModel, day_start, family_seen, load_attempts
+from leap.features.encode import FEATURE_VERSION
+from leap.model.train import (
+    EncodeCache,
+    TrainConfig,
+    WindowModel,
+    day_start,
+    family_seen,
+    load_attempts,
+)
 
 FORMAT_VERSION = 1
 #: The paper's 30-night figures (share within ±20%, attempt-weighted).
@@ -148,6 +156,7 @@ def run_key(store: Any, catalog: Catalog, cfg: TrainConfig) -> tuple[str, dict[s
     settings = {
         "format": FORMAT_VERSION,
         "leap_version": __version__,
+        "feature_version": FEATURE_VERSION,
         "store": str(Path(store.path).resolve()),
         "simulation": {k: v for k, v in sim.items() if k != "scenario"} | {
             "scenario_sha256": hashlib.sha256(sim["scenario"].encode()).hexdigest()[:16]
@@ -169,7 +178,8 @@ _PROCESS_CACHE: dict[str, Any] = {}
 def _cache_for(key: str) -> dict[str, Any]:
     if _PROCESS_CACHE.get("key") != key:
         _PROCESS_CACHE.clear()
-        _PROCESS_CACHE.update({"key": key, "blocks": {}, "fleet": None, "fleet_loaded": False})
+        _PROCESS_CACHE.update({"key": key, "encoded": EncodeCache(), "fleet": None,
+                               "fleet_loaded": False})
     return _PROCESS_CACHE
 
 
@@ -197,12 +207,10 @@ def run_night(task: NightTask) -> dict[str, Any]:
             cache["fleet"] = _fleet_or_none(store)
             cache["fleet_loaded"] = True
     load_s = time.perf_counter() - t0
-    blocks: MutableMapping[tuple[str, str], np.ndarray] = cache["blocks"]
-    wm = train_window(attempts, catalog, as_of, cfg, block_cache=blocks)
-    # Days before this window are of no use to the next (later) night of this process.
-    oldest = (as_of - cfg.window_days * _DAY).date().isoformat()
-    for k in [k for k in blocks if k[0] < oldest]:
-        del blocks[k]
+    encoded: EncodeCache = cache["encoded"]
+    wm = train_window(attempts, catalog, as_of, cfg, cache=encoded)
+    # What lies before this window is of no use to the next (later) night of this process.
+    encoded.prune(as_of, cfg)
     window_start = as_of - cfg.window_days * _DAY
     past = attempts[(attempts["submitted_at"] >= window_start)
                     & (attempts["submitted_at"] < as_of)]

@@ -49,8 +49,8 @@ class Columns:
         """One job on each of ``hardware``; only launch-time fields are kept.
 
         Numbers become typed arrays (int64 / float64), which spares :meth:`num` a conversion
-        on the serving path; strings stay objects. A missing value (``None``, NaN, ``pd.NA``) leaves its
-        column out, which reads the same as a column of missing values.
+        on the serving path; strings stay objects. A missing value (``None``, NaN, ``pd.NA``)
+        leaves its column out, which reads the same as a column of missing values.
         """
         n = len(hardware)
         arrays: dict[str, np.ndarray] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -130,21 +130,59 @@ def succeeded_attempts(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     return frame[ok].reset_index(drop=True)
 
 
+@dataclass
+class EncodeCache:
+    """What consecutive nightly windows share (a backtest worker keeps one across nights).
+
+    A day's encoded rows depend only on the attempts before that day and on the feature spec
+    (``blocks``, keyed by day and spec); a day's prepared history rows depend only on that
+    day's attempts and the catalog (``history``, keyed by day and catalog). Each entry also
+    records its row count, so a day that gained rows is rebuilt.
+    """
+
+    blocks: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    history: dict[tuple[str, str], tuple[int, pd.DataFrame]] = field(default_factory=dict)
+
+    def prune(self, as_of: datetime, cfg: TrainConfig) -> None:
+        """Forget what no window ending at or after ``as_of`` can use."""
+        window = (as_of - timedelta(days=cfg.window_days)).date().isoformat()
+        lookback = (as_of - timedelta(days=cfg.window_days + cfg.lookback_days)).date()
+        for k in [k for k in self.blocks if k[0] < window]:
+            del self.blocks[k]
+        for h in [h for h in self.history if h[0] < lookback.isoformat()]:
+            del self.history[h]
+
+
+def _prepared_history(past: pd.DataFrame, catalog: Catalog,
+                      cache: EncodeCache | None) -> pd.DataFrame:
+    """:func:`prepare_history` of ``past``, day by day through ``cache`` when given."""
+    if cache is None or past.empty:
+        return prepare_history(past, catalog)
+    fingerprint = catalog.fingerprint()
+    parts = []
+    for day, rows in past.groupby(past["submitted_at"].dt.floor("D"), sort=True):
+        key = (day.date().isoformat(), fingerprint)
+        hit = cache.history.get(key)
+        if hit is None or hit[0] != len(rows):
+            hit = cache.history[key] = (len(rows), prepare_history(rows, catalog))
+        parts.append(hit[1])
+    return pd.concat(parts, ignore_index=True)
+
+
 def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
                        cfg: TrainConfig, progress: Progress | None = None,
-                       block_cache: MutableMapping[tuple[str, str], np.ndarray] | None = None,
-                       ) -> TrainingSet:
+                       cache: EncodeCache | None = None) -> TrainingSet:
     """Encode the window's succeeded attempts, each with history as of its own day.
 
-    A day's rows depend only on the attempts before that day and on the feature spec, so
-    consecutive nightly windows share them: pass the same ``block_cache`` dict to reuse a
-    day's encoded block (keyed by day and spec) instead of rebuilding its snapshot.
+    Consecutive nightly windows share most of this work: pass the same ``cache`` to reuse
+    each day's encoded block and prepared history instead of rebuilding them.
     """
     timings: dict[str, float] = {}
     window_start = as_of - timedelta(days=cfg.window_days)
     t0 = time.perf_counter()
     past = attempts[attempts["submitted_at"] < as_of]
-    builder = HistoryBuilder(prepare_history(past, catalog), lookback_days=cfg.lookback_days)
+    builder = HistoryBuilder(_prepared_history(past, catalog, cache),
+                             lookback_days=cfg.lookback_days)
     timings["history_prepare_s"] = time.perf_counter() - t0
 
     train_rows = succeeded_attempts(attempts[(attempts["submitted_at"] >= window_start)
@@ -168,8 +206,8 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
         if len(rows) == 0:
             continue
         key = ((window_start + timedelta(days=d)).date().isoformat(), spec_key)
-        if block_cache is not None and key in block_cache and len(block_cache[key]) == len(rows):
-            blocks.append(block_cache[key])
+        if cache is not None and key in cache.blocks and len(cache.blocks[key]) == len(rows):
+            blocks.append(cache.blocks[key])
             continue
         t1 = time.perf_counter()
         snap = builder.snapshot(window_start + timedelta(days=d))
@@ -177,8 +215,8 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
         blocks.append(encode(rows, snap, catalog, spec))
         snap_s += t2 - t1
         enc_s += time.perf_counter() - t2
-        if block_cache is not None:
-            block_cache[key] = blocks[-1]
+        if cache is not None:
+            cache.blocks[key] = blocks[-1]
     t1 = time.perf_counter()
     serving = builder.snapshot(as_of)
     snap_s += time.perf_counter() - t1
@@ -261,16 +299,16 @@ class WindowModel:
 
 def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
                  cfg: TrainConfig | None = None, progress: Progress | None = None,
-                 block_cache: MutableMapping[tuple[str, str], np.ndarray] | None = None,
-                 ) -> WindowModel:
+                 cache: EncodeCache | None = None) -> WindowModel:
     """Train on the ``cfg.window_days`` days of ``attempts`` before ``as_of``; evaluate on its day.
 
     ``attempts`` must reach back ``window_days + lookback_days`` before ``as_of`` for full
     history (see :func:`load_attempts`); later attempts are used only for evaluation.
+    ``cache`` is shared by consecutive nights (see :class:`EncodeCache`).
     """
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
-    ts = build_training_set(attempts, catalog, as_of, cfg, progress, block_cache)
+    ts = build_training_set(attempts, catalog, as_of, cfg, progress, cache)
     timings = dict(ts.timings)
     if progress:
         progress("fit", 0, 1)
