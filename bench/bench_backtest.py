@@ -66,14 +66,19 @@ def backtest(home: Path, args: argparse.Namespace, *, nights: int, window_days: 
              extra: list[str], fresh: bool) -> dict[str, Any]:
     """Run `leap backtest --json` in a child; wall time, the child's peak RSS, its result."""
     directory = run_dir(home, args, window_days)
+    oversubscribed = "--workers" in extra and int(extra[extra.index("--workers") + 1]) > 1
     if fresh and directory.exists():
         shutil.rmtree(directory)
     cmd = [sys.executable, "-m", "leap", "--home", str(home), "backtest", "--nights",
            str(nights), "--window-days", str(window_days), "--model", args.model,
            "--specialists", str(args.specialists), "--json", *extra]
-    # Passive OpenMP waits: on a shared, loaded machine LightGBM's spinning threads otherwise
-    # burn the CPU the other thread needs (measured: ~4x less CPU for the same small fits).
-    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    # Passive OpenMP waits when processes share the cores (compare mode): LightGBM's spinning
+    # threads otherwise burn the CPU another process needs (measured: ~4x less CPU for the
+    # same small fits). Alone on a quiet machine, passive waits slow a fit (~2x measured), so
+    # the full run keeps the environment's policy.
+    env = dict(os.environ)
+    if oversubscribed:
+        env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
@@ -82,7 +87,7 @@ def backtest(home: Path, args: argparse.Namespace, *, nights: int, window_days: 
     if out.returncode != 0:
         sys.exit(f"backtest failed ({out.returncode}):\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout)
-    return {"command": " ".join(cmd[1:]), "omp_wait_policy": env["OMP_WAIT_POLICY"],
+    return {"command": " ".join(cmd[1:]), "omp_wait_policy": env.get("OMP_WAIT_POLICY"),
             "wall_s": wall,
             "child_cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime
                                                                    - before.ru_stime),

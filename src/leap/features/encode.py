@@ -24,7 +24,7 @@ from leap.features.columns import SMALL, Columns
 from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3
 
 #: Columns a serving request must be able to supply (everything else is optional).
 REQUEST_COLUMNS: tuple[str, ...] = ("family_id", "model_type", "trainer_count", "batch_size",

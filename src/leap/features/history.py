@@ -71,22 +71,25 @@ HISTORY_COLUMNS = ("family_id", "model_type", "hardware", "vendor", "trainer_cou
                    "shape", "submitted_at", "y", "r")
 
 
-def key_strings(parts: Sequence[np.ndarray]) -> np.ndarray:
+def key_strings(parts: Sequence[np.ndarray], sep: str = KEY_SEP) -> np.ndarray:
     """Join per-column key texts into one string per row (the lookup key of a level)."""
     n = len(parts[0]) if parts else 0
     if n <= SMALL:
-        return np.array([KEY_SEP.join(p[i] for p in parts) for i in range(n)], dtype=object)
+        return np.array([sep.join(p[i] for p in parts) for i in range(n)], dtype=object)
     joined = pd.Series(parts[0], dtype=object)
     for p in parts[1:]:
-        joined = joined + KEY_SEP + pd.Series(p, dtype=object)
+        joined = joined + sep + pd.Series(p, dtype=object)
     return joined.to_numpy(dtype=object)
 
 
 def shape_keys(jobs: Columns) -> np.ndarray:
-    """A job's shape as text: trainers, devices per trainer, per-trainer batch size."""
+    """A job's shape as text, ``trainers/devices per trainer/batch size`` (-1 = missing).
+
+    The shape is one part of a level's key, so it must not contain :data:`KEY_SEP`.
+    """
     parts = [np.nan_to_num(jobs.num(c), nan=-1.0).astype(np.int64).astype(str)
              for c in ("trainer_count", "devices_per_trainer", "batch_size")]
-    return key_strings(parts)
+    return key_strings(parts, sep="/")
 
 
 def _table_keys(table: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
@@ -131,7 +134,7 @@ class Snapshot:
         self.lookback_days = lookback_days
         self.tables = tables
         self._index: dict[str, tuple[pd.Index, np.ndarray]] = {}
-        self._small: dict[str, dict[str, int]] = {}
+        self._small: dict[str, dict[tuple[str, ...], int]] = {}
         for level in LEVELS:
             t = tables[level.name]
             idx = pd.Index(_table_keys(t, level.keys), dtype=object)
@@ -140,21 +143,35 @@ class Snapshot:
     def lookup(self, keys: Mapping[str, np.ndarray], level: Level) -> np.ndarray:
         """Stats of ``level`` for each row of ``keys`` (key column -> text array).
 
-        Rows whose key has no history get NaN.
+        Rows whose key has no history get NaN. A few rows (a launch-time request) are looked
+        up by key tuples in a dict built on first use (see :meth:`warm`), which spares
+        joining their key texts.
         """
         idx, values = self._index[level.name]
-        wanted = key_strings([keys[k] for k in level.keys])
-        if len(wanted) <= SMALL:
-            if level.name not in self._small:
-                self._small[level.name] = {k: i for i, k in enumerate(idx)}
-            table = self._small[level.name]
-            pos = np.array([table.get(k, -1) for k in wanted], dtype=np.int64)
+        parts = [keys[k] for k in level.keys]
+        if len(parts[0]) <= SMALL:
+            table = self._small[level.name] if level.name in self._small else \
+                self._small_table(level.name)
+            pos = np.array([table.get(t, -1) for t in zip(*parts, strict=True)],
+                           dtype=np.int64)
         else:
-            pos = idx.get_indexer(wanted)
-        out = np.full((len(wanted), values.shape[1]), np.nan)
+            pos = idx.get_indexer(key_strings(parts))
+        out = np.full((len(pos), values.shape[1]), np.nan)
         hit = pos >= 0
         out[hit] = values[pos[hit]]
         return out
+
+    def _small_table(self, name: str) -> dict[tuple[str, ...], int]:
+        table = {tuple(k.split(KEY_SEP)): i for i, k in enumerate(self._index[name][0])}
+        self._small[name] = table
+        return table
+
+    def warm(self) -> None:
+        """Build the per-level dicts of small lookups now (serving does this at load, so the
+        first request after a model swap is as fast as the others)."""
+        for level in LEVELS:
+            if level.name not in self._small:
+                self._small_table(level.name)
 
     def n_keys(self) -> dict[str, int]:
         return {name: len(t) for name, t in self.tables.items()}
