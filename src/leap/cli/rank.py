@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,12 +180,11 @@ def serve(
     if not _is_loopback(host) and not token and not insecure_no_token:
         raise ConfigError(f"--host {host} exposes the service beyond this machine; set --token "
                           "(or LEAP_TOKEN), or pass --insecure-no-token")
-    import os
-
     import uvicorn
 
     ws = workspace(ctx)
-    settings = ServeSettings(home=str(ws.home), catalog=str(ws.catalog_path or "") or None,
+    settings = ServeSettings(home=str(ws.home),
+                             catalog=str(ws.catalog_path) if ws.catalog_path else None,
                              token=token, check_interval_s=check_interval,
                              premium_min_speedup=premium_min_speedup)
     app_or_factory: Any
@@ -236,6 +236,4 @@ class ServeSettings:
 
 def app_from_env() -> Any:
     """The app factory each `leap serve --workers N` process calls (via uvicorn)."""
-    import os
-
     return ServeSettings(**json.loads(os.environ[SERVE_SETTINGS_ENV])).app()

@@ -457,6 +457,7 @@ class AttemptsPredictor:
                            pa.array([EVAL_DAY] * te.num_rows, type=kind))
         return np.asarray(self.fn(tr, te, catalog), dtype=float)
 
+
 def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) -> np.ndarray:
     """Train leap's nightly model on ``train`` attempts; predict samples/s of ``test`` rows.
 

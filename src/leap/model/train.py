@@ -146,10 +146,10 @@ class EncodeCache:
     def prune(self, as_of: datetime, cfg: TrainConfig) -> None:
         """Forget what no window ending at or after ``as_of`` can use."""
         window = (as_of - timedelta(days=cfg.window_days)).date().isoformat()
-        lookback = (as_of - timedelta(days=cfg.window_days + cfg.lookback_days)).date()
+        lookback = (as_of - timedelta(days=cfg.window_days + cfg.lookback_days)).date().isoformat()
         for k in [k for k in self.blocks if k[0] < window]:
             del self.blocks[k]
-        for h in [h for h in self.history if h[0] < lookback.isoformat()]:
+        for h in [h for h in self.history if h[0] < lookback]:
             del self.history[h]
 
 
