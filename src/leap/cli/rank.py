@@ -6,7 +6,7 @@ import ipaddress
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +192,7 @@ def serve(
         app_or_factory = settings.app(announce=True, host=host, port=port)
     else:
         # Worker processes import the factory and read these settings from their environment.
-        os.environ[SERVE_SETTINGS_ENV] = json.dumps(settings.__dict__)
+        os.environ[SERVE_SETTINGS_ENV] = json.dumps(asdict(settings))
         settings.app(announce=True, host=host, port=port)  # load once here: errors show now
         app_or_factory = "leap.cli.rank:app_from_env"
     uvicorn.run(app_or_factory, factory=workers > 1, workers=workers, host=host, port=port,
