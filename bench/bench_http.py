@@ -34,7 +34,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rank import CANDIDATES, RESULTS, bench_workspace, recent_jobs
+from bench_rank import CANDIDATES, bench_workspace, recent_jobs, write_result
 
 TARGET_P99_MS = 25.0
 JSON = {"content-type": "application/json"}
@@ -287,9 +287,7 @@ def main() -> None:
            "load_avg_1m": os.getloadavg()[0],
            "open_loop": steady, "closed_loop": sat, "server_fail_open": fail_open,
            "target_p99_ms": TARGET_P99_MS, "target_met": ok}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_http.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {RESULTS / 'bench_http.json'}")
+    write_result("bench_http", out)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ writes bench/results/bench_predict.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rank import CANDIDATES, RESULTS, bench_workspace, recent_jobs
+from bench_rank import CANDIDATES, bench_workspace, recent_jobs, write_result
 
 
 def main() -> None:
@@ -74,9 +73,7 @@ def main() -> None:
            "candidates": len(CANDIDATES), "model_version": serving.version,
            "ranker_predict_s": full_s, "ranker_rows_per_s": rows / best,
            "artifact_predict_s": model_s, "artifact_rows_per_s": rows / best_model}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_predict.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {RESULTS / 'bench_predict.json'}")
+    write_result("bench_predict", out)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,14 @@ CANDIDATES = ["V100-SXM2-32GB", "T4", "A10G", "A10", "L4", "L40S", "A100-PCIe-40
               "MI300X", "Gaudi2", "Gaudi3", "TPU-v5e", "TPU-v5p", "Trainium2"]
 
 
+def write_result(name: str, out: dict[str, Any]) -> None:
+    """Write ``out`` to bench/results/<name>.json and say where."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
 def bench_workspace(home: Path | None, *, per_day: int = 4000, days: int = 12,
                     model: str = "cascade") -> Path:
     """A workspace with a published model: ``home`` as is, or a cached simulated one."""
@@ -175,9 +183,7 @@ def main() -> None:
            "model_version": serving.version, "candidates": len(CANDIDATES),
            "calls": args.calls, "latency": f, "stages": stages,
            "target_p99_ms": TARGET_P99_MS, "target_met": ok}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_rank.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {RESULTS / 'bench_rank.json'}")
+    write_result("bench_rank", out)
 
 
 if __name__ == "__main__":

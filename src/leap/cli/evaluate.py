@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,25 @@ def _depth(value: int) -> int | None:
     return None if value == 0 else value
 
 
+def _study(key: str, compute: Callable[[Any, Workspace, Any], dict[str, Any]],
+           ctx: typer.Context, *, as_of: str | None, source: str, window_days: int,
+           model: str, specialists: int, no_history: bool, as_json: bool) -> None:
+    """One study command: the held-out day's model, ``compute(ed, ws, store)``, then print."""
+    from leap.data.store import Store
+
+    ws = workspace(ctx)
+    _require_store(ws)
+    with Store(ws.store_path, read_only=True) as store:
+        ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
+                        specialists=specialists, no_history=no_history, source=source)
+        out = compute(ed, ws, store)
+    if as_json:
+        print_json(out)
+        return
+    _print_tables({key: out})
+    console.print(f"model: {ed.source}")
+
+
 @experiment_app.command("lookup", epilog="Example:  leap experiment lookup --json")
 @guarded
 def lookup_cmd(
@@ -254,19 +274,9 @@ def lookup_cmd(
     hardware, trainer count, batch size) in the training window. Prints its coverage, its
     accuracy on what it covers, LEAP's accuracy on that same subset, and LEAP's coverage.
     """
-    from leap.data.store import Store
-
-    ws = workspace(ctx)
-    _require_store(ws)
-    with Store(ws.store_path, read_only=True) as store:
-        ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
-                        specialists=specialists, no_history=no_history, source=source)
-    out = _lookup(ed)
-    if as_json:
-        print_json(out)
-        return
-    _print_tables({"lookup": out})
-    console.print(f"model: {ed.source}")
+    _study("lookup", lambda ed, ws, store: _lookup(ed),
+           ctx, as_of=as_of, source=source, window_days=window_days, model=model,
+           specialists=specialists, no_history=no_history, as_json=as_json)
 
 
 @experiment_app.command("ranking", epilog="Example:  leap experiment ranking --sample 500 "
@@ -291,19 +301,9 @@ def ranking_cmd(
     true value of the best) and NDCG, for LEAP and for simple baselines (cheapest type,
     fastest peak FLOP/s, the family's most-used type, random).
     """
-    from leap.data.store import Store
-
-    ws = workspace(ctx)
-    _require_store(ws)
-    with Store(ws.store_path, read_only=True) as store:
-        ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
-                        specialists=specialists, no_history=no_history, source=source)
-        out = _ranking(ed, ws, store, sample, seed)
-    if as_json:
-        print_json(out)
-        return
-    _print_tables({"ranking": out})
-    console.print(f"model: {ed.source}")
+    _study("ranking", lambda ed, ws, store: _ranking(ed, ws, store, sample, seed),
+           ctx, as_of=as_of, source=source, window_days=window_days, model=model,
+           specialists=specialists, no_history=no_history, as_json=as_json)
 
 
 @experiment_app.command("impact", epilog="Example:  leap experiment impact --days 2 "
@@ -330,19 +330,9 @@ def impact_cmd(
     sample (same hours), without advice, with LEAP's and with the oracle's (simulated stores
     only).
     """
-    from leap.data.store import Store
-
-    ws = workspace(ctx)
-    _require_store(ws)
-    with Store(ws.store_path, read_only=True) as store:
-        ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
-                        specialists=specialists, no_history=no_history, source=source)
-        out = _impact(ed, ws, store, days, _depth(advice_depth))
-    if as_json:
-        print_json(out)
-        return
-    _print_tables({"impact": out})
-    console.print(f"model: {ed.source}")
+    _study("impact", lambda ed, ws, store: _impact(ed, ws, store, days, _depth(advice_depth)),
+           ctx, as_of=as_of, source=source, window_days=window_days, model=model,
+           specialists=specialists, no_history=no_history, as_json=as_json)
 
 
 # leap report ----------------------------------------------------------------------------------
