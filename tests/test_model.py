@@ -155,7 +155,14 @@ def test_trained_model_is_accurate_and_reports_held_out_metrics(
     assert held["n"] > 500 and held["coverage"] == 1.0
     assert held["accuracy"] > 0.6  # small fleet, 10-day window; the full fleet is measured in bench
     assert held["seen_families"]["accuracy"] > held["unseen_families"]["accuracy"]
-    assert art.manifest["model_kind"] == "cascade"
+    # Rows with (family, type) history go to the cascade, the rest to the transfer model.
+    assert art.manifest["model_kind"] == "split"
+    assert art.model.seen.kind == "cascade" and art.model.novel.kind == "global"  # type: ignore[union-attr]
+    assert art.manifest["metrics"]["masked_train_rows"] > 0
+    groups = held["novelty"]
+    assert groups["seen_config"]["accuracy"] > groups["new_family"]["accuracy"]
+    assert all(0.0 <= g["interval_coverage"] <= 1.0 for g in groups.values())
+    assert held["masked_pairs"]  # the held-out day's rows with their own pair history masked
 
 
 def test_artifact_round_trip_predicts_identically(trained_workspace: Workspace,
@@ -165,8 +172,12 @@ def test_artifact_round_trip_predicts_identically(trained_workspace: Workspace,
     jobs = attempts[attempts["submitted_at"] >= SMALL_AS_OF].head(500)
     copy = write_artifact(tmp_path / "copy", model=art.model, snapshot=art.snapshot,
                           spec=art.spec, catalog=art.catalog,
-                          info={"fallback_log_throughput": art.fallback_log_tp})
-    np.testing.assert_array_equal(load_artifact(copy).predict(jobs), art.predict(jobs))
+                          info={"fallback_log_throughput": art.fallback_log_tp},
+                          intervals=art.intervals)
+    loaded = load_artifact(copy)
+    np.testing.assert_array_equal(loaded.predict(jobs), art.predict(jobs))
+    for a, b in zip(loaded.predict_interval(jobs), art.predict_interval(jobs), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_corrupt_or_foreign_artifacts_are_refused_clearly(fresh_copy: Workspace) -> None:

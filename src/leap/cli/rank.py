@@ -80,6 +80,8 @@ def rank(
                                   "default) or throughput (fastest within the budget)."),
     max_cost_per_hour: float = typer.Option(None, "--max-cost-per-hour", help="Budget: leave "
                                             "out types that cost more per hour."),
+    risk: str = typer.Option(None, "--risk", help="averse (default: order by the low end of "
+                             "each type's 80% interval) or neutral (by the median)."),
     premium_min_speedup: float = typer.Option(1.25, "--premium-min-speedup", help="Speed-up "
                                               "a premium type needs when the job has no "
                                               "flops_per_sample."),
@@ -98,6 +100,8 @@ def rank(
         request["objective"] = objective
     if max_cost_per_hour is not None:
         request["max_cost_per_hour"] = max_cost_per_hour
+    if risk is not None:
+        request["risk"] = risk
     req = _validate(request)
     ws = workspace(ctx)
     registry = Registry(ws.models_dir)
@@ -105,7 +109,7 @@ def rank(
     ranker = Ranker(source, costs=_costs(ws), premium_min_speedup=premium_min_speedup,
                     background_reload=False)
     result = ranker.rank(req.job.launch_fields(), req.candidates, objective=req.objective,
-                         max_cost_per_hour=req.max_cost_per_hour, strict=True)
+                         max_cost_per_hour=req.max_cost_per_hour, risk=req.risk, strict=True)
     out = RankResponse.model_validate(result.to_dict()).model_dump(mode="json")
     if as_json:
         print_json(out)
@@ -118,14 +122,17 @@ def _print_ranking(out: dict[str, Any]) -> None:
         console.print(f"[yellow]no ranking (fail-open):[/] {out['reason']}", highlight=False)
     if out["ranking"]:
         by = "value" if out["objective"] == "value" else "predicted throughput"
-        t = Table(title=f"preference list by {by}")
-        for col in ("#", "hardware", "samples/s", "cost/hour", "samples per cost", "MFU",
-                    "speed-up"):
+        how = "its 80% interval's low end" if out.get("risk") == "averse" else "the median"
+        t = Table(title=f"preference list by {by} (at {how})")
+        for col in ("#", "hardware", "samples/s", "80% interval", "cost/hour",
+                    "samples per cost", "MFU", "speed-up"):
             t.add_column(col, justify="right" if col != "hardware" else "left")
         t.add_column("flags", overflow="fold")
         for i, r in enumerate(out["ranking"], start=1):
             mfu = r["predicted_utilization"]
-            t.add_row(str(i), r["hardware"], _si(r["predicted_throughput"]),
+            span = "—" if r.get("throughput_p10") is None else \
+                f"{_si(r['throughput_p10'])}–{_si(r['throughput_p90'])}"
+            t.add_row(str(i), r["hardware"], _si(r["predicted_throughput"]), span,
                       f"{r['cost_per_hour']:.2f}", _si(r["value"]),
                       "—" if mfu is None else f"{100 * mfu:.1f}%",
                       "—" if r["speedup"] is None else f"{r['speedup']:.2f}x",

@@ -244,7 +244,8 @@ def save_model(wm: WindowModel, directory: Path) -> None:
     info = {k: v for k, v in wm.artifact.manifest.items() if k != "model_kind"}
     art = wm.artifact
     write_artifact(staged, model=art.model, snapshot=art.snapshot, spec=art.spec,
-                   catalog=art.catalog, info=info | {"version": f"backtest-{directory.name}"})
+                   catalog=art.catalog, info=info | {"version": f"backtest-{directory.name}"},
+                   intervals=art.intervals)
     try:
         os.replace(staged, directory)
     except OSError:

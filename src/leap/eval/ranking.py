@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from leap.sim.fleet import Fleet
 
 #: Methods scored by :func:`ranking_study`, in report order.
-METHODS: tuple[str, ...] = ("leap", "leap_no_premium_filter", "cheapest", "fastest_peak",
-                            "most_used", "random")
+METHODS: tuple[str, ...] = ("leap", "leap_risk_neutral", "leap_no_premium_filter", "cheapest",
+                            "fastest_peak", "most_used", "random")
 _TIE = 1e-9
 #: The oracle needs these job columns (the rest of the shape comes from the family).
 _SHAPE_COLUMNS = ("family_id", "trainer_count", "batch_size", "precision",
@@ -83,7 +83,8 @@ def job_requests(jobs: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Sequence[str]],
-                  progress: Progress | None = None) -> list[RankResult]:
+                  progress: Progress | None = None, *, risk: str | None = None
+                  ) -> list[RankResult]:
     """LEAP's answer for each job on its candidates (the one call site of the ranker).
 
     Identical (job, candidates) requests are ranked once: a day repeats many configurations.
@@ -98,6 +99,8 @@ def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Seque
         Eligible types of each job.
     progress : callable, optional
         ``progress(done, total)`` over the distinct requests.
+    risk : str, optional
+        The ranker's ``risk`` rule (default: the ranker's default).
 
     Returns
     -------
@@ -122,7 +125,8 @@ def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Seque
     for done, (key, i) in enumerate(unique.items(), start=1):
         cands = list(candidates[i])
         if cands:
-            answers[key] = ranker.rank(requests[i], cands)
+            answers[key] = ranker.rank(requests[i], cands) if risk is None else \
+                ranker.rank(requests[i], cands, risk=risk)
         else:
             answers[key] = _no_candidates()
         if progress and (done % 200 == 0 or done == total):
@@ -367,10 +371,12 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
     values = true_values(fleet, picked, cands, costs)
 
     leap = leap_rankings(ranker, picked, cands, progress)
+    neutral = leap_rankings(ranker, picked, cands, risk="neutral")
     plain = leap_rankings(unfiltered(ranker, costs), picked, cands)
     usage = family_usage(past)
     orders: dict[str, list[list[str]]] = {
         "leap": [[r.hardware for r in res.ranking] for res in leap],
+        "leap_risk_neutral": [[r.hardware for r in res.ranking] for res in neutral],
         "leap_no_premium_filter": [[r.hardware for r in res.ranking] for res in plain],
         "cheapest": [cheapest_order(c, costs) for c in cands],
         "fastest_peak": [fastest_peak_order(c, costs) for c in cands],
@@ -394,6 +400,8 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
                         dtype=object).value_counts()
     return {
         "prediction_vs_truth": prediction_vs_truth(leap, truth),
+        "pick_overprediction": {"leap": pick_overprediction(leap, truth),
+                                "leap_risk_neutral": pick_overprediction(neutral, truth)},
         "n_jobs_day": len(jobs),
         "n_with_two_or_more_candidates": len(multi),
         "n_sampled": len(picked),
@@ -412,18 +420,23 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
             "random": "expected value over uniformly random orders",
             "scored_on": "the sampled jobs LEAP ranked (every method on the same jobs)",
             "prediction_vs_truth": "LEAP's predicted samples/s of every ranked (job, type) "
-                                   "against the true median, split by whether the family "
-                                   "ran on the type in the history window",
+                                   "against the true median, by novelty group (what history "
+                                   "the family had on the type), with the share of true "
+                                   "medians inside the 80% interval",
+            "pick_overprediction": "predicted / true value of the first type of each list "
+                                   "(median, 90th percentile, share above 1.5)",
         },
     }
 
 
 def prediction_vs_truth(results: Sequence[RankResult],
                         truth: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]:
-    """Accuracy of the ranked entries' predicted throughput against the true median.
+    """Accuracy and interval coverage of the ranked entries against the true median.
 
-    Split by the entry's ``missing_hardware_history`` flag: the types a family already ran
-    on (history answers) and the types it never ran on (what a ranking must predict).
+    Per novelty group of the entry (what history the family had on the type), plus the two
+    pools ``with_hardware_history`` (seen configuration or pair) and
+    ``without_hardware_history`` (types the family never ran on, and new families): the
+    second is what a ranking must predict.
 
     Examples
     --------
@@ -431,18 +444,50 @@ def prediction_vs_truth(results: Sequence[RankResult],
     """
     from leap import metrics
 
-    pred: dict[str, list[float]] = {"with_hardware_history": [], "without_hardware_history": []}
-    true: dict[str, list[float]] = {"with_hardware_history": [], "without_hardware_history": []}
+    rows: dict[str, list[tuple[float, float, float, float]]] = {}
     for res, tps in zip(results, truth, strict=True):
-        for entry in res.ranking:
-            key = ("without_hardware_history" if "missing_hardware_history" in entry.flags
-                   else "with_hardware_history")
-            pred[key].append(entry.predicted_throughput)
-            true[key].append(tps.get(entry.hardware, math.nan))
+        for e in res.ranking:
+            t = tps.get(e.hardware, math.nan)
+            lo = e.throughput_p10 if e.throughput_p10 is not None else math.nan
+            hi = e.throughput_p90 if e.throughput_p90 is not None else math.nan
+            pool = ("without_hardware_history" if "missing_hardware_history" in e.flags
+                    else "with_hardware_history")
+            for key in (pool, e.novelty or "unknown"):
+                rows.setdefault(key, []).append((e.predicted_throughput, t, lo, hi))
     out = {}
-    for key in pred:
-        p, t = np.array(pred[key]), np.array(true[key])
-        ok = np.isfinite(t)
-        out[key] = {"n": float(ok.sum()), "accuracy": metrics.accuracy(p[ok], t[ok]),
-                    "median_ape": metrics.median_ape(p[ok], t[ok])}
+    for key, vals in rows.items():
+        a = np.array(vals, dtype=np.float64)
+        ok = np.isfinite(a[:, 1])
+        p, t, lo, hi = a[ok].T
+        out[key] = {"n": float(ok.sum()), "accuracy": metrics.accuracy(p, t),
+                    "median_ape": metrics.median_ape(p, t),
+                    "interval_coverage": float(np.mean((t >= lo) & (t <= hi))) if ok.any()
+                    else math.nan}
     return out
+
+
+def pick_overprediction(results: Sequence[RankResult],
+                        truth: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Predicted / true throughput of each list's first entry (the optimizer's curse).
+
+    Value is throughput over the same cost, so the ratio is the pick's predicted / true
+    value. A NaN truth (the pick would not run) counts as an infinite ratio.
+
+    Examples
+    --------
+    >>> from leap.rank.ranker import RankedType, RankResult
+    >>> e = RankedType("A", 200.0, 1.0, 7.2e5, None, None, 1, 1.0, False)
+    >>> pick_overprediction([RankResult([e])], [{"A": 100.0}])["median"]
+    2.0
+    """
+    ratios = []
+    for res, tps in zip(results, truth, strict=True):
+        if res.ranking:
+            e = res.ranking[0]
+            t = tps.get(e.hardware, math.nan)
+            ratios.append(e.predicted_throughput / t if np.isfinite(t) and t > 0 else math.inf)
+    r = np.array(ratios, dtype=np.float64)
+    if not len(r):
+        return {"n": 0.0, "median": math.nan, "p90": math.nan, "share_above_1_5": math.nan}
+    return {"n": float(len(r)), "median": float(np.median(r)),
+            "p90": float(np.quantile(r, 0.9)), "share_above_1_5": float(np.mean(r > 1.5))}

@@ -23,8 +23,9 @@ from leap.errors import ArtifactError, DataError
 from leap.features.columns import SMALL, Columns
 from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
+from leap.features.transfer import TRANSFER_FEATURES
 
-FEATURE_VERSION = 3
+FEATURE_VERSION = 4
 
 #: Columns a serving request must be able to supply (everything else is optional).
 REQUEST_COLUMNS: tuple[str, ...] = ("family_id", "model_type", "trainer_count", "batch_size",
@@ -40,9 +41,14 @@ _PHYS = ("log_compute_sps", "log_weight_stream_sps", "log_comm_s", "comm_to_comp
          "mem_fit", "log_phys_sps", "log_devices")
 CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "precision", "model_category")
 
-# Residual levels in order of specificity: the first one with history gives `hist_est`.
-_RESIDUAL_PRIORITY = ("fam_hw_shape", "fam_hw_tc", "fam_hw", "fam_shape", "fam_vendor", "fam",
-                      "mt_hw", "mt")
+# Residual estimates in order of specificity: the first one with history gives `hist_est`.
+# "xfer" is the family's level on the types it ran on, carried to this one
+# (:mod:`leap.features.transfer`).
+_RESIDUAL_PRIORITY = ("fam_hw_shape", "fam_hw_tc", "fam_hw", "xfer", "fam_shape", "fam_vendor",
+                      "fam", "mt_hw", "mt")
+#: Novelty groups of a (job, type) row, judged on the history before it (spec.md 5b).
+NOVELTY_GROUPS: tuple[str, ...] = ("seen_config", "seen_pair_new_shape", "unobserved_pair_1",
+                                   "unobserved_pair_2", "unobserved_pair_3plus", "new_family")
 
 
 def _history_names() -> list[str]:
@@ -51,7 +57,8 @@ def _history_names() -> list[str]:
 
 FEATURE_NAMES: tuple[str, ...] = (
     *[f"log_{c}" for c in _LOG_JOB], *_RAW_JOB, *CATEGORICAL, *_HW, *_PHYS,
-    *_history_names(), "has_family_history", "hist_level", "hist_est",
+    *_history_names(), *TRANSFER_FEATURES, "xfer_est", "has_family_history", "hist_level",
+    "hist_est",
 )
 
 
@@ -194,16 +201,20 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
         block = snapshot.lookup(keys, lv)
         for j, name in enumerate(lv.stats):
             cols[name] = block[:, j]
+    keys["model_category"] = cols_in.text("model_category")
+    cols.update(snapshot.transfer.features(keys, hardware, catalog))
+    phys0 = np.nan_to_num(phys["log_phys_sps"], nan=0.0)
     best = np.full(n, np.nan)
     level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
-        r = cols[f"{name}_med_r"]
+        r = cols["xfer_r"] if name == "xfer" else cols[f"{name}_med_r"]
         take = np.isnan(best) & np.isfinite(r)
         best[take] = r[take]
         level_used[take] = rank
+    cols["xfer_est"] = phys0 + cols["xfer_r"]
     cols["has_family_history"] = np.isfinite(cols["fam_n"]).astype(np.float64)
     cols["hist_level"] = level_used
-    cols["hist_est"] = np.nan_to_num(phys["log_phys_sps"], nan=0.0) + best
+    cols["hist_est"] = phys0 + best
     if n == 0:
         return np.empty((0, len(spec.names)))
     return np.column_stack([cols[name] for name in spec.names])
@@ -224,3 +235,21 @@ def base_margin(X: np.ndarray, spec: FeatureSpec, fallback: float) -> np.ndarray
         return start
     est = X[:, names.index("hist_est")]
     return np.where(np.isfinite(est), est, start)
+
+
+def novelty(X: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """Index into :data:`NOVELTY_GROUPS` of each encoded row (its history as of the snapshot).
+
+    Examples
+    --------
+    >>> names = ["fam_hw_shape_n", "fam_hw_n", "fam_n", "xfer_n_types"]
+    >>> nan = float("nan")
+    >>> X = np.array([[3, 5, 9, 2], [nan, 5, 9, 2], [nan, nan, 9, 2], [nan, nan, nan, 0]])
+    >>> [NOVELTY_GROUPS[g] for g in novelty(X, names)]
+    ['seen_config', 'seen_pair_new_shape', 'unobserved_pair_2', 'new_family']
+    """
+    pos = {n: i for i, n in enumerate(names)}
+    config, pair, fam = (np.isfinite(X[:, pos[c]]) for c in ("fam_hw_shape_n", "fam_hw_n",
+                                                             "fam_n"))
+    types = np.clip(np.nan_to_num(X[:, pos["xfer_n_types"]]), 1, 3).astype(np.int64)
+    return np.select([config, pair, fam], [0, 1, 1 + types], default=5).astype(np.int64)

@@ -25,6 +25,7 @@ from leap.catalog import Catalog
 from leap.errors import ArtifactError
 from leap.features.columns import SMALL, Columns
 from leap.features.physics import estimates
+from leap.features.transfer import TransferIndex
 
 KEY_SEP = "\x1f"
 #: Days that count as "recent" for the ``*_last_*`` statistics.
@@ -66,9 +67,12 @@ LEVELS: tuple[Level, ...] = (
     Level("mt", ("model_type",), ("r",)),
 )
 
-_STRING_KEYS = ("family_id", "model_type", "hardware", "vendor", "shape")
-HISTORY_COLUMNS = ("family_id", "model_type", "hardware", "vendor", "trainer_count",
-                   "shape", "submitted_at", "y", "r")
+_STRING_KEYS = ("family_id", "model_type", "model_category", "hardware", "vendor", "shape")
+HISTORY_COLUMNS = ("family_id", "model_type", "model_category", "hardware", "vendor",
+                   "trainer_count", "shape", "submitted_at", "y", "r")
+#: The cross-type transfer table of a snapshot (see :mod:`leap.features.transfer`).
+TRANSFER = "transfer"
+TRANSFER_COLUMNS = ("level", "key", "hw_a", "hw_b", "d_med", "n")
 
 
 def key_strings(parts: Sequence[np.ndarray], sep: str = KEY_SEP) -> np.ndarray:
@@ -110,6 +114,9 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     return pd.DataFrame({
         "family_id": ok["family_id"].astype(str),
         "model_type": ok["model_type"].astype(str),
+        "model_category": (ok["model_category"].astype(object).where(
+            ok["model_category"].notna(), None).astype(str)
+            if "model_category" in ok.columns else "None"),
         "hardware": ok["hardware"].astype(str),
         "vendor": ok["hardware"].map(vendor_of).astype(str),
         "trainer_count": ok["trainer_count"].astype(np.int64),
@@ -133,6 +140,7 @@ class Snapshot:
         self.as_of = as_of
         self.lookback_days = lookback_days
         self.tables = tables
+        self._transfer: TransferIndex | None = None
         self._index: dict[str, tuple[pd.Index, np.ndarray]] = {}
         self._small: dict[str, dict[tuple[str, ...], int]] = {}
         for level in LEVELS:
@@ -172,6 +180,14 @@ class Snapshot:
         for level in LEVELS:
             if level.name not in self._small:
                 self._small_table(level.name)
+        self.transfer.warm()
+
+    @property
+    def transfer(self) -> TransferIndex:
+        """Cross-type transfer of each family's level (built on first use)."""
+        if self._transfer is None:
+            self._transfer = TransferIndex(self.tables["fam_hw"], self.tables[TRANSFER])
+        return self._transfer
 
     def n_keys(self) -> dict[str, int]:
         return {name: len(t) for name, t in self.tables.items()}
@@ -194,14 +210,15 @@ class Snapshot:
     def load(cls, directory: Path) -> Snapshot:
         try:
             meta = json.loads((directory / "snapshot.json").read_text())
-            tables = {lv.name: pq.read_table(directory / f"{lv.name}.parquet").to_pandas()
-                      for lv in LEVELS}
+            tables = {name: pq.read_table(directory / f"{name}.parquet").to_pandas()
+                      for name in (*(lv.name for lv in LEVELS), TRANSFER)}
         except (OSError, ValueError, KeyError) as exc:
             raise ArtifactError(f"history snapshot in {directory} is unreadable: {exc}") from None
-        for lv in LEVELS:
-            missing = set(lv.keys + lv.stats) - set(tables[lv.name].columns)
+        wanted = {lv.name: lv.keys + lv.stats for lv in LEVELS} | {TRANSFER: TRANSFER_COLUMNS}
+        for name, columns in wanted.items():
+            missing = set(columns) - set(tables[name].columns)
             if missing:
-                raise ArtifactError(f"history snapshot level '{lv.name}' in {directory} lacks "
+                raise ArtifactError(f"history snapshot table '{name}' in {directory} lacks "
                                     f"columns {sorted(missing)}; retrain with this leap version")
         return cls(datetime.fromisoformat(meta["as_of"]), int(meta["lookback_days"]), tables)
 
@@ -236,16 +253,78 @@ class HistoryBuilder:
     def close(self) -> None:
         self._con.close()
 
-    def snapshot(self, as_of: datetime) -> Snapshot:
-        """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``."""
+    def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None) -> Snapshot:
+        """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``.
+
+        ``exclude`` (columns ``family_id``, ``hardware``) removes every attempt of those
+        (family, type) pairs first: the snapshot is exactly the one a fleet would have had if
+        those families had never run on those types (how training learns to transfer).
+        """
         if as_of.tzinfo is None:
             raise ValueError("as_of must be timezone-aware (UTC)")
         as_of = as_of.astimezone(UTC)
         start = as_of - timedelta(days=self.lookback_days)
-        tables = {lv.name: self._level(lv, start, as_of) for lv in LEVELS}
+        source = "hist"
+        if exclude is not None and len(exclude):
+            pairs = pd.DataFrame({c: self._encode_labels(c, exclude[c]) for c in
+                                  ("family_id", "hardware")}).dropna().astype(np.int32)
+            self._con.register("excluded_src", pairs)
+            self._con.execute("CREATE OR REPLACE TEMP TABLE hist_masked AS SELECT h.* FROM hist h "
+                              "ANTI JOIN excluded_src e ON h.family_id = e.family_id "
+                              "AND h.hardware = e.hardware")
+            self._con.unregister("excluded_src")
+            source = "hist_masked"
+        tables = {lv.name: self._level(lv, start, as_of, source) for lv in LEVELS}
+        tables[TRANSFER] = self._transfer_table(start, as_of, source)
         return Snapshot(as_of, self.lookback_days, tables)
 
-    def _level(self, level: Level, start: datetime, as_of: datetime) -> pd.DataFrame:
+    def _encode_labels(self, col: str, values: pd.Series) -> np.ndarray:
+        """Integer codes of ``values`` in column ``col`` (NaN where history never saw one)."""
+        pos = pd.Index(self._labels[col]).get_indexer(values.astype(str))
+        return np.where(pos >= 0, pos, np.nan)
+
+    def _transfer_table(self, start: datetime, as_of: datetime, source: str) -> pd.DataFrame:
+        """Cross-type differences of the residual ``r`` between families' median levels.
+
+        For every family that ran on two types A and B in the window, ``r(B) - r(A)`` of its
+        median residuals is one sample of how B compares with A beyond the physics estimate.
+        Their median and count per (model type, A, B), (model category, A, B) and (A, B).
+        """
+        sql = f"""
+            WITH fh AS (
+                SELECT family_id, hardware, min(model_type) AS mt, min(model_category) AS cat,
+                       median(r) AS r
+                FROM {source} WHERE submitted_at >= $start AND submitted_at < $as_of
+                GROUP BY family_id, hardware),
+            p AS (
+                SELECT a.mt, a.cat, a.hardware AS hw_a, b.hardware AS hw_b, b.r - a.r AS d
+                FROM fh a JOIN fh b ON a.family_id = b.family_id AND a.hardware <> b.hardware)
+            SELECT 'mt' AS level, mt AS key, hw_a, hw_b, median(d) AS d_med,
+                   count(*)::DOUBLE AS n FROM p GROUP BY mt, hw_a, hw_b
+            UNION ALL
+            SELECT 'cat', cat, hw_a, hw_b, median(d), count(*)::DOUBLE FROM p
+            GROUP BY cat, hw_a, hw_b
+            UNION ALL
+            SELECT 'all', -1, hw_a, hw_b, median(d), count(*)::DOUBLE FROM p GROUP BY hw_a, hw_b
+            ORDER BY 1, 2, 3, 4"""
+        t = self._con.execute(sql, {"start": start, "as_of": as_of}).df()
+        key = t["key"].to_numpy()
+        level = t["level"].to_numpy(dtype=object)
+        mt_labels, cat_labels = self._labels["model_type"], self._labels["model_category"]
+        keys = np.full(len(t), "", dtype=object)
+        is_mt, is_cat = level == "mt", level == "cat"
+        keys[is_mt] = mt_labels[key[is_mt].astype(np.int64)] if is_mt.any() else keys[is_mt]
+        keys[is_cat] = cat_labels[key[is_cat].astype(np.int64)] if is_cat.any() else keys[is_cat]
+        hw = self._labels["hardware"]
+        return pd.DataFrame({
+            "level": level, "key": keys,
+            "hw_a": hw[t["hw_a"].to_numpy(dtype=np.int64)] if len(t) else np.array([], object),
+            "hw_b": hw[t["hw_b"].to_numpy(dtype=np.int64)] if len(t) else np.array([], object),
+            "d_med": t["d_med"].to_numpy(dtype=np.float64),
+            "n": t["n"].to_numpy(dtype=np.float64)})
+
+    def _level(self, level: Level, start: datetime, as_of: datetime,
+               source: str = "hist") -> pd.DataFrame:
         keys = ", ".join(level.keys)
         recent = as_of - timedelta(days=RECENT_DAYS)
         aggs = [f"count(*)::DOUBLE AS {level.name}_n",
@@ -258,7 +337,7 @@ class HistoryBuilder:
                         f"AS {level.name}_last_{v}")
         v0 = level.values[0]
         aggs.append(f"coalesce(stddev_samp({v0}), 0.0) AS {level.name}_sd_{v0}")
-        sql = (f"SELECT {keys}, {', '.join(aggs)} FROM hist "
+        sql = (f"SELECT {keys}, {', '.join(aggs)} FROM {source} "
                f"WHERE submitted_at >= $start AND submitted_at < $as_of "
                f"GROUP BY {keys} ORDER BY {keys}")
         table = self._con.execute(sql, {"start": start, "as_of": as_of,

@@ -25,15 +25,24 @@ from leap import __version__
 from leap.catalog import Catalog
 from leap.errors import ArtifactError, CatalogError
 from leap.features.columns import Columns
-from leap.features.encode import FEATURE_VERSION, FeatureSpec, base_margin, encode
+from leap.features.encode import (
+    FEATURE_NAMES,
+    FEATURE_VERSION,
+    FeatureSpec,
+    base_margin,
+    encode,
+    novelty,
+)
 from leap.features.history import Snapshot
 from leap.model.cascade import Model, model_from_files
+from leap.model.intervals import IntervalCalibrator
 
 ARTIFACT_VERSION = 1
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 LATEST = "LATEST"
 LOG = "published.jsonl"
+INTERVALS = "intervals.json"
 
 
 def _sha256(path: Path) -> str:
@@ -55,7 +64,13 @@ class Artifact:
     snapshot: Snapshot
     spec: FeatureSpec
     catalog: Catalog
+    intervals: IntervalCalibrator | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.full_spec = FeatureSpec(names=FEATURE_NAMES, vocab=self.spec.vocab)
+        self.model_cols = np.array([FEATURE_NAMES.index(n) for n in self.spec.names],
+                                   dtype=np.intp)
 
     @property
     def fallback_log_tp(self) -> float:
@@ -64,6 +79,31 @@ class Artifact:
     def encode(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Model rows for ``jobs`` (each with a ``hardware`` column) via the one feature path."""
         return encode(jobs, self.snapshot, self.catalog, self.spec)
+
+    def encode_full(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
+        """Every feature column (:data:`~leap.features.encode.FEATURE_NAMES`) of ``jobs``."""
+        return encode(jobs, self.snapshot, self.catalog, self.full_spec)
+
+    def predict_encoded(self, X_full: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Log samples/s and its interval ``(pred, lo, hi)`` for rows from :meth:`encode_full`.
+
+        Without calibrated intervals (never for a model this leap trained), ``lo`` and ``hi``
+        are NaN.
+        """
+        X = X_full[:, self.model_cols]
+        if len(X) == 0:
+            return np.empty(0), np.empty(0), np.empty(0)
+        pred = np.asarray(self.model.predict(X, base=base_margin(X, self.spec,
+                                                                 self.fallback_log_tp)))
+        if self.intervals is None:
+            return pred, np.full(len(pred), np.nan), np.full(len(pred), np.nan)
+        lo, hi = self.intervals.offsets(novelty(X_full, FEATURE_NAMES))
+        return pred, pred + lo, pred + hi
+
+    def predict_interval(self, jobs: Columns | pd.DataFrame
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Predicted log samples/s with its interval, ``(pred, lo, hi)``, per job row."""
+        return self.predict_encoded(self.encode_full(jobs))
 
     def predict_log(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Predicted log samples/s for each job row on its ``hardware``."""
@@ -76,7 +116,8 @@ class Artifact:
 
 
 def write_artifact(directory: Path, *, model: Model, snapshot: Snapshot, spec: FeatureSpec,
-                   catalog: Catalog, info: dict[str, Any]) -> Path:
+                   catalog: Catalog, info: dict[str, Any],
+                   intervals: IntervalCalibrator | None = None) -> Path:
     """Write a complete artifact into ``directory`` (which must not exist) and return it."""
     if directory.exists():
         raise ArtifactError(f"artifact directory {directory} already exists")
@@ -88,6 +129,8 @@ def write_artifact(directory: Path, *, model: Model, snapshot: Snapshot, spec: F
     snapshot.save(directory / "snapshot")
     (directory / "feature_spec.json").write_text(spec.to_json())
     (directory / "catalog.toml").write_text(catalog.to_toml())
+    if intervals is not None:
+        (directory / INTERVALS).write_text(intervals.to_json())
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     manifest = {
         "artifact_version": ARTIFACT_VERSION,
@@ -141,9 +184,11 @@ def load_artifact(directory: Path, *, verify: bool = True) -> Artifact:
     except CatalogError as exc:
         raise ArtifactError(str(exc)) from None
     snapshot = Snapshot.load(directory / "snapshot")
+    intervals = IntervalCalibrator.from_json((directory / INTERVALS).read_text()) \
+        if (directory / INTERVALS).is_file() else None
     return Artifact(version=str(manifest.get("version", directory.name)), path=directory,
                     manifest=manifest, model=model, snapshot=snapshot, spec=spec,
-                    catalog=catalog)
+                    catalog=catalog, intervals=intervals)
 
 
 class Registry:

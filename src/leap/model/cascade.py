@@ -298,7 +298,84 @@ class CascadeModel(_Fitted):
         return m
 
 
-Model = GlobalModel | CascadeModel
+class NoveltySplitModel(_Fitted):
+    """Two models routed by whether a row's family has history on the row's type.
+
+    Rows with (family, type) history (``pair_feature`` present) go to ``seen``, trained on
+    the fleet's rows as they were; the others (types the family never ran on, new families)
+    go to ``novel``, trained on such rows plus rows whose own pair history was masked
+    (:func:`leap.model.train.masked_rows`). Training one model on both mixes costs the rows
+    with history accuracy; the split keeps each model on the mix it serves.
+    """
+
+    kind = "split"
+    PARTS = ("seen", "novel")
+
+    def __init__(self, *, seen: GlobalModel | CascadeModel, novel: GlobalModel | CascadeModel,
+                 pair_feature: str = "fam_hw_n") -> None:
+        self.seen = seen
+        self.novel = novel
+        self.pair_feature = pair_feature
+
+    def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
+            categorical: list[str], masked: np.ndarray,
+            val: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+            ) -> NoveltySplitModel:
+        """Fit ``seen`` on unmasked rows, ``novel`` on rows without pair history.
+
+        ``masked`` marks the rows encoded with their own pair history removed; ``val`` is
+        ``(X, y, base, masked)`` of the early-stopping rows.
+        """
+        self.feature_names_ = list(feature_names)
+        self._col = self.feature_names_.index(self.pair_feature)
+        novel = ~np.isfinite(X[:, self._col])
+        for part, rows, val_rows in (
+                (self.seen, ~masked, None if val is None else ~val[3]),
+                (self.novel, novel, None if val is None else ~np.isfinite(val[0][:, self._col]))):
+            v = None if val is None or val_rows is None else (
+                val[0][val_rows], val[1][val_rows], val[2][val_rows])
+            part.fit(X[rows], y[rows], base=base[rows], feature_names=feature_names,
+                     categorical=categorical, val=v)
+        self.fitted_ = True
+        return self
+
+    def predict(self, X: np.ndarray, *, base: np.ndarray) -> np.ndarray:
+        """Predicted log throughput per row, each from the model of its kind of row."""
+        self._check_fitted()
+        out = np.empty(len(X), dtype=np.float64)
+        novel = ~np.isfinite(X[:, self._col])
+        for part, m in ((self.seen, ~novel), (self.novel, novel)):
+            if m.any():
+                out[m] = part.predict(X[m], base=base[m])
+        return out
+
+    def to_files(self) -> dict[str, str]:
+        self._check_fitted()
+        files = {"model.json": json.dumps({"kind": self.kind, "pair_feature": self.pair_feature,
+                                           "feature_names": self.feature_names_}, indent=2)}
+        for name in self.PARTS:
+            for fname, text in getattr(self, name).to_files().items():
+                files[f"{name}.{fname}"] = text
+        return files
+
+    @classmethod
+    def from_files(cls, files: dict[str, str]) -> NoveltySplitModel:
+        meta = json.loads(files["model.json"])
+        parts = {}
+        for name in cls.PARTS:
+            sub = {k[len(name) + 1:]: v for k, v in files.items() if k.startswith(f"{name}.")}
+            part = model_from_files(sub)
+            if isinstance(part, NoveltySplitModel):
+                raise ArtifactError("a split model cannot nest another split model")
+            parts[name] = part
+        m = cls(seen=parts["seen"], novel=parts["novel"], pair_feature=meta["pair_feature"])
+        m.feature_names_ = meta["feature_names"]
+        m._col = m.feature_names_.index(m.pair_feature)
+        m.fitted_ = True
+        return m
+
+
+Model = GlobalModel | CascadeModel | NoveltySplitModel
 
 
 def model_from_files(files: dict[str, str]) -> Model:
@@ -309,6 +386,8 @@ def model_from_files(files: dict[str, str]) -> Model:
             return CascadeModel.from_files(files)
         if kind == "global":
             return GlobalModel.from_files(files)
+        if kind == "split":
+            return NoveltySplitModel.from_files(files)
     except (KeyError, ValueError, TypeError, lgb.basic.LightGBMError) as exc:
         raise ArtifactError(f"model files are unreadable: {exc}") from None
     raise ArtifactError(f"unknown model kind {kind!r} in model.json")

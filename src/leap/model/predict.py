@@ -11,13 +11,24 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from leap.data.schema import JOB_COLUMNS
 from leap.errors import DataError
-from leap.features.encode import REQUEST_COLUMNS, jobs_frame
+from leap.features.encode import (
+    FEATURE_NAMES,
+    NOVELTY_GROUPS,
+    REQUEST_COLUMNS,
+    jobs_frame,
+    novelty,
+)
 from leap.model.artifact import Artifact
 
 
 def read_jobs(path: Path) -> pd.DataFrame:
-    """Read job rows from CSV, Parquet or JSON Lines (by suffix) as typed job columns."""
+    """Read job rows from CSV, Parquet or JSON Lines (by suffix).
+
+    Job columns are typed as stored attempts; any other column (``attempt_id``, your own
+    keys) is kept as read, so predictions can be joined back.
+    """
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     try:
         if suffix in (".csv", ".csv.gz"):
@@ -31,7 +42,9 @@ def read_jobs(path: Path) -> pd.DataFrame:
                             "or .jsonl")
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"{path}: cannot read jobs: {exc}") from None
-    return jobs_frame(table.to_pylist())
+    typed = jobs_frame(table.to_pylist())
+    extra = [c for c in table.column_names if c not in typed.columns]
+    return pd.concat([table.select(extra).to_pandas(), typed], axis=1) if extra else typed
 
 
 def expand_candidates(jobs: pd.DataFrame, candidates: list[str]) -> pd.DataFrame:
@@ -48,7 +61,13 @@ def expand_candidates(jobs: pd.DataFrame, candidates: list[str]) -> pd.DataFrame
 
 def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
                   candidates: list[str] | None = None) -> pd.DataFrame:
-    """Predicted samples/s for every (job, hardware) row; unknown hardware is an error."""
+    """Predicted samples/s for every (job, hardware) row; unknown hardware is an error.
+
+    Columns: ``job`` (row number in ``jobs``), the columns of ``jobs`` that are not job
+    features (passed through), the job's key fields, ``hardware``, ``predicted_throughput``
+    and its 80% interval ``throughput_p10`` / ``throughput_p90``, and ``novelty`` (what
+    history the family had on the type).
+    """
     names = artifact.catalog.resolve(candidates)
     rows = expand_candidates(jobs, names)
     missing = [c for c in REQUEST_COLUMNS if c not in rows.columns]
@@ -56,9 +75,13 @@ def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
         raise DataError(f"jobs lack required column(s): {', '.join(missing)}")
     for hw in rows["hardware"].unique():
         artifact.catalog[str(hw)]  # raises with a did-you-mean
-    pred = artifact.predict(rows)
+    X = artifact.encode_full(rows)
+    pred, lo, hi = artifact.predict_encoded(X)
     keep = ["job", "family_id", "model_type", "trainer_count", "batch_size", "hardware"]
-    return rows[keep].assign(predicted_throughput=pred)
+    passthrough = [c for c in rows.columns if c not in keep and c not in JOB_COLUMNS]
+    return rows[["job", *passthrough, *keep[1:]]].assign(
+        predicted_throughput=np.exp(pred), throughput_p10=np.exp(lo), throughput_p90=np.exp(hi),
+        novelty=np.array(NOVELTY_GROUPS, dtype=object)[novelty(X, FEATURE_NAMES)])
 
 
 def predict_file(artifact: Artifact, path: Path,

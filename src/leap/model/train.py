@@ -22,16 +22,27 @@ from leap import metrics
 from leap.catalog import Catalog
 from leap.data.store import Store
 from leap.errors import ArtifactError, ModelError, QualityGateError
-from leap.features.encode import FEATURE_NAMES, FeatureSpec, base_margin, encode
+from leap.features.encode import (
+    FEATURE_NAMES,
+    NOVELTY_GROUPS,
+    FeatureSpec,
+    base_margin,
+    encode,
+    novelty,
+)
 from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
+from leap.features.transfer import TRANSFER_FEATURES
 from leap.model.artifact import Artifact, Registry, write_artifact
-from leap.model.cascade import CascadeModel, GBMParams, GlobalModel, Model
+from leap.model.cascade import CascadeModel, GBMParams, GlobalModel, Model, NoveltySplitModel
+from leap.model.intervals import IntervalCalibrator, coverage_by_group
 
 Progress = Callable[[str, int, int], None]
 
 #: History features (and the estimate built from them): what the no-history ablation drops.
-HISTORY_FEATURES = frozenset([s for lv in LEVELS for s in lv.stats]
-                             + ["has_family_history", "hist_level", "hist_est"])
+HISTORY_FEATURES = frozenset([s for lv in LEVELS for s in lv.stats] + list(TRANSFER_FEATURES)
+                             + ["xfer_est", "has_family_history", "hist_level", "hist_est"])
+#: Folds of (family, type) pairs masked in turn on the held-out day (evaluation only).
+EVAL_MASK_FOLDS = 4
 
 
 @dataclass(frozen=True)
@@ -41,7 +52,11 @@ class TrainConfig:
     ``model_kind`` is ``"cascade"`` (default, K specialists) or ``"global"`` (one model, the
     ablation). ``objective`` is ``"quantile"`` (median, default) or ``"l2"`` (mean, ablation).
     ``validation_days`` trailing days of the window serve for early stopping (a time-based
-    split, never a random one).
+    split, never a random one) and for calibrating the prediction intervals.
+    ``mask_share`` of each day's (family, type) pairs with history also enter training as a
+    second row encoded with that pair's own history removed (see
+    :func:`masked_rows`), so the trees learn to transfer to types a family never ran on.
+    ``interval_coverage`` is the nominal coverage of the prediction intervals.
     """
 
     window_days: int = 30
@@ -52,6 +67,8 @@ class TrainConfig:
     use_history: bool = True
     validation_days: int = 1
     quality_margin: float = 0.02
+    mask_share: float = 0.3
+    interval_coverage: float = 0.8
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -63,11 +80,22 @@ class TrainConfig:
             raise ModelError(f"objective must be 'quantile' or 'l2', got {self.objective!r}")
         if not 0 < self.validation_days < self.window_days:
             raise ModelError("validation_days must be between 1 and window_days - 1")
+        if not 0 <= self.mask_share <= 1:
+            raise ModelError(f"mask_share must be in [0, 1], got {self.mask_share}")
+        if not 0 < self.interval_coverage < 1:
+            raise ModelError(f"interval_coverage must be in (0, 1), got "
+                             f"{self.interval_coverage}")
 
 
 @dataclass
 class TrainingSet:
-    """Encoded rows of a window (``day`` = days since the window start) and the eval day."""
+    """Encoded rows of a window (``day`` = days since the window start) and the eval day.
+
+    ``group`` is each row's novelty group (index into
+    :data:`~leap.features.encode.NOVELTY_GROUPS`) and ``masked`` marks the rows encoded with
+    their own (family, type) history removed. ``eval_masked_X`` holds the held-out day's rows
+    encoded that way (``eval_masked_rows`` are their positions in ``eval_jobs``).
+    """
 
     X: np.ndarray
     y: np.ndarray
@@ -77,6 +105,12 @@ class TrainingSet:
     serving_snapshot: Snapshot
     eval_jobs: pd.DataFrame
     eval_X: np.ndarray
+    group: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    masked: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=bool))
+    eval_group: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    eval_masked_X: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
+    eval_masked_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    eval_masked_group: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -142,6 +176,7 @@ class EncodeCache:
 
     blocks: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     history: dict[tuple[str, str], tuple[int, pd.DataFrame]] = field(default_factory=dict)
+    masked: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def prune(self, as_of: datetime, cfg: TrainConfig) -> None:
         """Forget what no window ending at or after ``as_of`` can use."""
@@ -149,6 +184,8 @@ class EncodeCache:
         lookback = (as_of - timedelta(days=cfg.window_days + cfg.lookback_days)).date().isoformat()
         for k in [k for k in self.blocks if k[0] < window]:
             del self.blocks[k]
+        for k in [k for k in self.masked if k[0] < window]:
+            del self.masked[k]
         for h in [h for h in self.history if h[0] < lookback]:
             del self.history[h]
 
@@ -169,13 +206,51 @@ def _prepared_history(past: pd.DataFrame, catalog: Catalog,
     return pd.concat(parts, ignore_index=True)
 
 
+def masked_rows(rows: pd.DataFrame, X_full: np.ndarray, builder: HistoryBuilder,
+                as_of: datetime, catalog: Catalog, spec: FeatureSpec, rng: np.random.Generator,
+                *, share: float = 1.0, folds: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Re-encode rows with their own (family, type) history removed: what serving sees on a
+    type the family never ran on.
+
+    Among the distinct (family, type) pairs of ``rows`` that have history as of ``as_of``
+    (``X_full`` is ``rows`` encoded with every feature), ``share`` are drawn and split into
+    ``folds``; each fold's rows are encoded against a snapshot built without any attempt of
+    that fold's pairs (:meth:`HistoryBuilder.snapshot` with ``exclude``), so nothing of the
+    masked pair's own history can reach its row.
+
+    Returns the encoded rows (every feature) and their positions in ``rows``.
+    """
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
+    has_pair = np.isfinite(X_full[:, FEATURE_NAMES.index("fam_hw_n")])
+    if share <= 0 or not has_pair.any():
+        return np.empty((0, len(FEATURE_NAMES))), np.empty(0, dtype=np.int64)
+    pair_key = rows["family_id"].astype(str) + "\x1f" + rows["hardware"].astype(str)
+    pairs = pd.unique(pair_key[has_pair])
+    chosen = pairs[rng.random(len(pairs)) < share]
+    fold_of = dict(zip(chosen, rng.integers(0, folds, len(chosen)), strict=True))
+    row_fold = pair_key.map(fold_of).to_numpy(dtype=np.float64, na_value=np.nan)
+    blocks, where = [], []
+    for k in range(folds):
+        idx = np.flatnonzero((row_fold == k) & has_pair)
+        if len(idx) == 0:
+            continue
+        sub = rows.iloc[idx]
+        snap = builder.snapshot(as_of, exclude=sub[["family_id", "hardware"]].drop_duplicates())
+        blocks.append(encode(sub, snap, catalog, full))
+        where.append(idx)
+    if not blocks:
+        return np.empty((0, len(FEATURE_NAMES))), np.empty(0, dtype=np.int64)
+    return np.vstack(blocks), np.concatenate(where)
+
+
 def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
                        cfg: TrainConfig, progress: Progress | None = None,
                        cache: EncodeCache | None = None) -> TrainingSet:
     """Encode the window's succeeded attempts, each with history as of its own day.
 
-    Consecutive nightly windows share most of this work: pass the same ``cache`` to reuse
-    each day's encoded block and prepared history instead of rebuilding them.
+    Each day also contributes masked rows (:func:`masked_rows`, ``cfg.mask_share`` of its
+    pairs). Consecutive nightly windows share most of this work: pass the same ``cache`` to
+    reuse each day's encoded blocks and prepared history instead of rebuilding them.
     """
     timings: dict[str, float] = {}
     window_start = as_of - timedelta(days=cfg.window_days)
@@ -190,37 +265,57 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
     if len(train_rows) < 50:
         raise ModelError(f"only {len(train_rows)} succeeded attempts in the window "
                          f"{window_start:%Y-%m-%d}..{as_of:%Y-%m-%d}; need at least 50 "
-                         "(check --as-of and --window-days against `leap stats`)")
+                         "(check the as-of day and the window length against `leap stats`)")
     spec = FeatureSpec.fit(train_rows, catalog)
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
     if not cfg.use_history:
         spec = replace(spec, names=tuple(n for n in FEATURE_NAMES if n not in HISTORY_FEATURES))
+    model_cols = [FEATURE_NAMES.index(n) for n in spec.names]
     day = ((train_rows["submitted_at"] - window_start).dt.total_seconds() // 86400).astype(int)
     day_arr = day.to_numpy()
+    y_all = np.log(train_rows["throughput"].to_numpy(dtype=np.float64))
     blocks: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    days: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
     snap_s = enc_s = 0.0
-    spec_key = hashlib.sha256(spec.to_json().encode()).hexdigest()[:16]
+    spec_key = hashlib.sha256(full.to_json().encode()).hexdigest()[:16]
+    mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
     for d in range(cfg.window_days):
-        rows = train_rows[day_arr == d]
+        sel = np.flatnonzero(day_arr == d)
+        rows = train_rows.iloc[sel]
         if progress:
             progress("features", d + 1, cfg.window_days + 1)
         if len(rows) == 0:
             continue
-        key = ((window_start + timedelta(days=d)).date().isoformat(), spec_key)
-        if cache is not None and key in cache.blocks and len(cache.blocks[key]) == len(rows):
-            blocks.append(cache.blocks[key])
-            continue
-        t1 = time.perf_counter()
-        snap = builder.snapshot(window_start + timedelta(days=d))
-        t2 = time.perf_counter()
-        blocks.append(encode(rows, snap, catalog, spec))
-        snap_s += t2 - t1
-        enc_s += time.perf_counter() - t2
-        if cache is not None:
-            cache.blocks[key] = blocks[-1]
+        day_iso = (window_start + timedelta(days=d)).date().isoformat()
+        key = (day_iso, spec_key)
+        hit = cache.blocks.get(key) if cache is not None else None
+        if hit is None or len(hit) != len(rows):
+            t1 = time.perf_counter()
+            snap = builder.snapshot(window_start + timedelta(days=d))
+            t2 = time.perf_counter()
+            hit = encode(rows, snap, catalog, full)
+            snap_s += t2 - t1
+            enc_s += time.perf_counter() - t2
+            if cache is not None:
+                cache.blocks[key] = hit
+        mhit = cache.masked.get((day_iso, mask_key)) if cache is not None else None
+        if mhit is None or (len(mhit[1]) and mhit[1].max() >= len(rows)):
+            t1 = time.perf_counter()
+            rng = np.random.default_rng([cfg.seed, d, int(window_start.timestamp())])
+            mhit = masked_rows(rows, hit, builder, window_start + timedelta(days=d), catalog,
+                               spec, rng, share=cfg.mask_share)
+            snap_s += time.perf_counter() - t1
+            if cache is not None:
+                cache.masked[(day_iso, mask_key)] = mhit
+        blocks += [hit, mhit[0]]
+        ys += [y_all[sel], y_all[sel][mhit[1]]]
+        days += [np.full(len(rows), d), np.full(len(mhit[1]), d)]
+        masks += [np.zeros(len(rows), dtype=bool), np.ones(len(mhit[1]), dtype=bool)]
     t1 = time.perf_counter()
     serving = builder.snapshot(as_of)
     snap_s += time.perf_counter() - t1
-    builder.close()
     if progress:
         progress("features", cfg.window_days + 1, cfg.window_days + 1)
 
@@ -228,17 +323,28 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
                                     & (attempts["submitted_at"] < as_of + timedelta(days=1))],
                            catalog)
     t2 = time.perf_counter()
-    eval_X = encode(eval_jobs, serving, catalog, spec)
+    eval_full = encode(eval_jobs, serving, catalog, full)
     enc_s += time.perf_counter() - t2
+    t1 = time.perf_counter()
+    eval_masked, eval_rows = masked_rows(eval_jobs, eval_full, builder, as_of, catalog, spec,
+                                         np.random.default_rng(cfg.seed), folds=EVAL_MASK_FOLDS)
+    snap_s += time.perf_counter() - t1
+    builder.close()
     timings["snapshot_s"] = snap_s
     timings["features_s"] = enc_s
-    y = np.log(train_rows["throughput"].to_numpy(dtype=np.float64))
-    return TrainingSet(X=np.vstack(blocks), y=y, day=day_arr, spec=spec,
-                       fallback_log_tp=float(np.median(y)), serving_snapshot=serving,
-                       eval_jobs=eval_jobs, eval_X=eval_X, timings=timings)
+    X_full = np.vstack(blocks)
+    y = np.concatenate(ys)
+    return TrainingSet(
+        X=X_full if len(model_cols) == len(FEATURE_NAMES) else X_full[:, model_cols],
+        y=y, day=np.concatenate(days), spec=spec, fallback_log_tp=float(np.median(y_all)),
+        serving_snapshot=serving, eval_jobs=eval_jobs, eval_X=eval_full[:, model_cols],
+        group=novelty(X_full, FEATURE_NAMES), masked=np.concatenate(masks),
+        eval_group=novelty(eval_full, FEATURE_NAMES),
+        eval_masked_X=eval_masked[:, model_cols], eval_masked_rows=eval_rows,
+        eval_masked_group=novelty(eval_masked, FEATURE_NAMES), timings=timings)
 
 
-def make_model(cfg: TrainConfig) -> Model:
+def make_model(cfg: TrainConfig) -> GlobalModel | CascadeModel:
     params = GBMParams(objective=cfg.objective, seed=cfg.seed)
     if cfg.model_kind == "global":
         return GlobalModel(params=params)
@@ -246,22 +352,76 @@ def make_model(cfg: TrainConfig) -> Model:
 
 
 def fit_model(ts: TrainingSet, cfg: TrainConfig) -> Model:
-    """Fit on the window, early-stopping on its last ``validation_days`` days."""
+    """Fit on the window, early-stopping on its last ``validation_days`` days.
+
+    With masked rows (and history features), the model is a :class:`NoveltySplitModel`:
+    ``cfg.model_kind`` for rows with (family, type) history, one global model for the rest.
+    """
     base = base_margin(ts.X, ts.spec, ts.fallback_log_tp)
     val = ts.day >= cfg.window_days - cfg.validation_days
+    names = list(ts.spec.names)
+    if ts.masked.any() and "fam_hw_n" in names:
+        split = NoveltySplitModel(seen=make_model(cfg), novel=GlobalModel(
+            params=GBMParams(objective=cfg.objective, seed=cfg.seed)))
+        return split.fit(ts.X[~val], ts.y[~val], base=base[~val], feature_names=names,
+                         categorical=ts.spec.categorical, masked=ts.masked[~val],
+                         val=(ts.X[val], ts.y[val], base[val], ts.masked[val]))
+    unmasked = ~ts.masked if len(ts.masked) else np.ones(len(ts.y), dtype=bool)
+    tr, va = ~val & unmasked, val & unmasked
     model = make_model(cfg)
-    return model.fit(ts.X[~val], ts.y[~val], base=base[~val], feature_names=list(ts.spec.names),
-                     categorical=ts.spec.categorical, val=(ts.X[val], ts.y[val], base[val]))
+    return model.fit(ts.X[tr], ts.y[tr], base=base[tr], feature_names=names,
+                     categorical=ts.spec.categorical, val=(ts.X[va], ts.y[va], base[va]))
 
 
-def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray) -> dict[str, Any]:
-    """Accuracy block for a held-out day: overall, GPU-hour weighted, seen vs unseen families."""
+def calibrate_intervals(model: Model, ts: TrainingSet, cfg: TrainConfig) -> IntervalCalibrator:
+    """Conformal interval offsets per novelty group from the validation days' rows.
+
+    The validation rows (natural and masked) were never fitted on; their residuals under the
+    fitted model calibrate each group's interval.
+    """
+    val = ts.day >= cfg.window_days - cfg.validation_days
+    X = ts.X[val]
+    pred = model.predict(X, base=base_margin(X, ts.spec, ts.fallback_log_tp))
+    return IntervalCalibrator(coverage=cfg.interval_coverage).fit(ts.y[val] - pred,
+                                                                 ts.group[val])
+
+
+def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray,
+             group: np.ndarray | None = None,
+             interval: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+    """Accuracy block for a held-out day: overall, GPU-hour weighted, seen vs unseen families,
+    and, given each row's novelty ``group``, per group (with the ``interval``'s coverage:
+    log-space ``(lo, hi)`` per row)."""
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     pred = np.exp(pred_log)
     gpu_hours = _gpu_hours(jobs)
     out: dict[str, Any] = metrics.summary(pred, actual, gpu_hours)
     out["seen_families"] = metrics.summary(pred[fam_seen], actual[fam_seen])
     out["unseen_families"] = metrics.summary(pred[~fam_seen], actual[~fam_seen])
+    if group is not None:
+        out["novelty"] = by_novelty(pred_log, np.log(actual), group, interval)
+    if interval is not None:
+        y = np.log(actual)
+        out["interval_coverage"] = float(((y >= interval[0]) & (y <= interval[1])).mean()) \
+            if len(y) else float("nan")
+    return out
+
+
+def by_novelty(pred_log: np.ndarray, y: np.ndarray, group: np.ndarray,
+               interval: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> dict[str, dict[str, float]]:
+    """Accuracy, MdAPE, share of rows and interval coverage per novelty group (log inputs)."""
+    out: dict[str, dict[str, float]] = {}
+    cover = coverage_by_group(y, *interval, group) if interval is not None else {}
+    for i, name in enumerate(NOVELTY_GROUPS):
+        m = group == i
+        if not m.any():
+            continue
+        block = metrics.summary(np.exp(pred_log[m]), np.exp(y[m]))
+        block["share"] = float(m.mean())
+        if name in cover:
+            block["interval_coverage"] = cover[name]["coverage"]
+        out[name] = block
     return out
 
 
@@ -314,25 +474,39 @@ def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
         progress("fit", 0, 1)
     t0 = time.perf_counter()
     model = fit_model(ts, cfg)
+    intervals = calibrate_intervals(model, ts, cfg)
     timings["fit_s"] = time.perf_counter() - t0
     if progress:
         progress("fit", 1, 1)
     window = {"start": (as_of - timedelta(days=cfg.window_days)).isoformat(),
               "end": as_of.isoformat()}
-    result_metrics: dict[str, Any] = {"train_rows": len(ts.y), "window": window}
+    result_metrics: dict[str, Any] = {"train_rows": len(ts.y),
+                                      "masked_train_rows": int(ts.masked.sum()),
+                                      "window": window}
     manifest = {"version": "unpublished", "as_of": as_of.isoformat(),
                 "window_start": window["start"], "window_end": window["end"],
                 "window_days": cfg.window_days, "lookback_days": cfg.lookback_days,
                 "train_config": asdict(cfg), "fallback_log_throughput": ts.fallback_log_tp,
                 "model_kind": model.kind}
     artifact = Artifact(version="unpublished", path=None, manifest=manifest, model=model,
-                        snapshot=ts.serving_snapshot, spec=ts.spec, catalog=catalog)
+                        snapshot=ts.serving_snapshot, spec=ts.spec, catalog=catalog,
+                        intervals=intervals)
     pred = np.empty(0)
     if len(ts.eval_jobs):
         pred = model.predict(ts.eval_X, base=base_margin(ts.eval_X, ts.spec, ts.fallback_log_tp))
         seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
-        result_metrics["held_out"] = {"day": as_of.date().isoformat(),
-                                      **evaluate(pred, ts.eval_jobs, seen)}
+        lo, hi = intervals.offsets(ts.eval_group)
+        held = evaluate(pred, ts.eval_jobs, seen, ts.eval_group, (pred + lo, pred + hi))
+        if len(ts.eval_masked_rows):
+            # The held-out day's rows again, each with its own (family, type) history
+            # removed: how leap does on types a family never ran on, against measured truth.
+            Xm, g = ts.eval_masked_X, ts.eval_masked_group
+            pm = model.predict(Xm, base=base_margin(Xm, ts.spec, ts.fallback_log_tp))
+            lo_m, hi_m = intervals.offsets(g)
+            ym = np.log(ts.eval_jobs["throughput"].to_numpy(dtype=np.float64))[
+                ts.eval_masked_rows]
+            held["masked_pairs"] = by_novelty(pm, ym, g, (pm + lo_m, pm + hi_m))
+        result_metrics["held_out"] = {"day": as_of.date().isoformat(), **held}
     manifest["metrics"] = result_metrics
     return WindowModel(as_of, cfg, artifact, result_metrics, timings, ts.eval_jobs, pred)
 
@@ -393,7 +567,8 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     info.pop("model_kind", None)
     try:
         write_artifact(staged, model=wm.artifact.model, snapshot=wm.artifact.snapshot,
-                       spec=wm.artifact.spec, catalog=catalog, info=info)
+                       spec=wm.artifact.spec, catalog=catalog, info=info,
+                       intervals=wm.artifact.intervals)
         registry.publish(staged, version)
     finally:
         if staged.exists():

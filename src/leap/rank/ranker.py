@@ -81,13 +81,19 @@ from leap.errors import (
     did_you_mean,
 )
 from leap.features.columns import Columns
-from leap.features.encode import FEATURE_NAMES, FeatureSpec, base_margin, encode, jobs_frame
+from leap.features.encode import FEATURE_NAMES, NOVELTY_GROUPS, jobs_frame, novelty
 from leap.features.physics import hardware_specs, peak_flops
 from leap.model.artifact import LATEST, Artifact, Registry
 
 log = logging.getLogger("leap.rank")
 
 OBJECTIVES: tuple[str, ...] = ("value", "throughput")
+#: How the order treats uncertainty: ``averse`` sorts by the interval's lower bound (value at
+#: the 10th percentile of throughput), ``neutral`` by the median prediction.
+RISKS: tuple[str, ...] = ("averse", "neutral")
+DEFAULT_RISK = "averse"
+#: An entry whose 80% interval spans more than this factor (p90 / p10) is flagged uncertain.
+UNCERTAIN_RATIO = 2.0
 #: Fail-open reason codes (the prefix of :attr:`RankResult.reason`).
 FAIL_OPEN_CODES: tuple[str, ...] = ("no_model", "invalid_request", "prediction_failed")
 #: Exclusion reasons, in the order they are checked (a type gets the first that applies).
@@ -121,14 +127,30 @@ class RankedType:
     cost_per_device_hour: float
     premium: bool
     flags: tuple[str, ...] = ()
+    throughput_p10: float | None = None
+    throughput_p90: float | None = None
+    novelty: str | None = None
+
+    @property
+    def value_p10(self) -> float | None:
+        """Value at the interval's lower bound (what the ``averse`` order sorts by)."""
+        return None if self.throughput_p10 is None else \
+            self.throughput_p10 * 3600.0 / self.cost_per_hour
+
+    @property
+    def value_p90(self) -> float | None:
+        return None if self.throughput_p90 is None else \
+            self.throughput_p90 * 3600.0 / self.cost_per_hour
 
     def to_dict(self) -> dict[str, Any]:
         # Spelled out: dataclasses.asdict deep-copies, which costs ~40 us per entry per call.
         return {"hardware": self.hardware, "predicted_throughput": self.predicted_throughput,
+                "throughput_p10": self.throughput_p10, "throughput_p90": self.throughput_p90,
                 "cost_per_hour": self.cost_per_hour, "value": self.value,
+                "value_p10": self.value_p10, "value_p90": self.value_p90,
                 "predicted_utilization": self.predicted_utilization, "speedup": self.speedup,
                 "devices": self.devices, "cost_per_device_hour": self.cost_per_device_hour,
-                "premium": self.premium, "flags": list(self.flags)}
+                "premium": self.premium, "novelty": self.novelty, "flags": list(self.flags)}
 
 
 @dataclass(frozen=True)
@@ -158,6 +180,7 @@ class RankResult:
     objective: str = "value"
     latency_ms: float = 0.0
     ignored_fields: list[str] = field(default_factory=list)
+    risk: str = DEFAULT_RISK
 
     @property
     def ok(self) -> bool:
@@ -167,7 +190,7 @@ class RankResult:
         return {"ranking": [r.to_dict() for r in self.ranking],
                 "excluded": [e.to_dict() for e in self.excluded],
                 "model_version": self.model_version, "reason": self.reason,
-                "objective": self.objective, "latency_ms": self.latency_ms,
+                "objective": self.objective, "risk": self.risk, "latency_ms": self.latency_ms,
                 "ignored_fields": list(self.ignored_fields)}
 
 
@@ -243,14 +266,13 @@ class Serving:
     """A loaded artifact plus what ranking caches about it (swapped as one reference).
 
     Rows are encoded by the one feature path, :func:`leap.features.encode.encode`, with every
-    feature column (``full_spec``): the ranker reads ``mem_fit`` and the history counts for
-    its flags, and hands the model its own columns (``model_cols``).
+    feature column (:meth:`Artifact.encode_full`): the ranker reads ``mem_fit`` and the
+    history counts for its flags, and the artifact scores them
+    (:meth:`Artifact.predict_encoded`).
     """
 
     artifact: Artifact
     loaded_at: datetime
-    full_spec: FeatureSpec
-    model_cols: np.ndarray
     pos: dict[str, int]
     specs: dict[str, np.ndarray]
     family_min_memory_gb: dict[str, float]
@@ -277,9 +299,6 @@ class Serving:
         family_min = per_row.groupby(fam_hw["family_id"].astype(str)).min().dropna()
         return cls(artifact=artifact, loaded_at=datetime.now(UTC),
                    family_min_memory_gb={str(k): float(v) for k, v in family_min.items()},
-                   full_spec=FeatureSpec(names=FEATURE_NAMES, vocab=artifact.spec.vocab),
-                   model_cols=np.array([FEATURE_NAMES.index(n) for n in artifact.spec.names],
-                                       dtype=np.intp),
                    pos={n: i for i, n in enumerate(names)},
                    specs=hardware_specs(artifact.catalog, np.array(names, dtype=object)))
 
@@ -292,17 +311,7 @@ class Serving:
 
     def encode(self, job: Mapping[str, Any], hardware: Sequence[str]) -> np.ndarray:
         """Every feature column of ``job`` (normalized) on each of ``hardware``."""
-        return encode(Columns.from_request(job, hardware), self.artifact.snapshot,
-                      self.artifact.catalog, self.full_spec)
-
-    def predict_log(self, X_full: np.ndarray) -> np.ndarray:
-        """:meth:`Artifact.predict_log` on rows already encoded with every column."""
-        art = self.artifact
-        X = X_full[:, self.model_cols]
-        if len(X) == 0:
-            return np.empty(0)
-        return np.asarray(art.model.predict(X, base=base_margin(X, art.spec,
-                                                                art.fallback_log_tp)))
+        return self.artifact.encode_full(Columns.from_request(job, hardware))
 
 
 class ModelWatcher:
@@ -406,6 +415,13 @@ class ModelWatcher:
         self.reloads += 1
         log.info("serving model %s", version)
         return True
+
+
+def _sort_key(r: RankedType, objective: str, risk: str) -> tuple[float, str]:
+    """Best first; ties by name, so the order never depends on the candidates' order."""
+    averse = risk == "averse" and r.throughput_p10 is not None
+    tp = r.throughput_p10 if averse and r.throughput_p10 is not None else r.predicted_throughput
+    return (-(tp / r.cost_per_hour if objective == "value" else tp), r.hardware)
 
 
 def _check_objective(objective: str, max_cost_per_hour: float | None) -> None:
@@ -599,7 +615,7 @@ class Ranker:
     # Ranking -----------------------------------------------------------------------------
     def rank(self, job: Mapping[str, Any], candidates: Sequence[str] | None = None, *,
              objective: str = "value", max_cost_per_hour: float | None = None,
-             strict: bool = False) -> RankResult:
+             risk: str = DEFAULT_RISK, strict: bool = False) -> RankResult:
         """The preference list of ``candidates`` (default: every type) for ``job``.
 
         Parameters
@@ -614,6 +630,10 @@ class Ranker:
             Sort by samples per unit cost, or by predicted samples/s.
         max_cost_per_hour : float, optional
             Budget: types whose ``cost_per_hour`` exceeds it are excluded (``over_budget``).
+        risk : {"averse", "neutral"}
+            ``averse`` (default) orders by the lower bound of each type's 80% interval (a
+            type the family never ran on must be better even if it turns out near the low
+            end); ``neutral`` orders by the median prediction.
         strict : bool
             Raise on a bad request (wrong field type, unknown hardware) instead of failing
             open. Failures of the model always fail open.
@@ -642,6 +662,9 @@ class Ranker:
             values, ignored = normalize_job(job)
             names, unknown = self._candidates(serving, candidates, strict)
             _check_objective(objective, max_cost_per_hour)
+            if risk not in RISKS:
+                raise ConfigError(f"risk must be one of {', '.join(RISKS)}, got {risk!r}"
+                                  f"{did_you_mean(str(risk), RISKS)}")
         except LeapError as exc:
             if strict:
                 raise
@@ -651,7 +674,8 @@ class Ranker:
             return self._empty(t0, None, objective, self.record_fail_open(
                 "no_model", self.watcher.error or "no model loaded"))
         try:
-            ranking, excluded = self._rank(serving, values, names, objective, max_cost_per_hour)
+            ranking, excluded = self._rank(serving, values, names, objective, max_cost_per_hour,
+                                           risk)
         except Exception as exc:  # fail-open: a bug, a corrupt model or a NaN must never
             # block a launch; it is counted (fail_open_counts) and logged with its trace.
             log.exception("rank failed open")
@@ -661,7 +685,8 @@ class Ranker:
                           key=lambda e: (EXCLUSION_REASONS.index(e.reason), e.hardware))
         return RankResult(ranking=ranking, excluded=excluded, model_version=version,
                           reason=None, objective=objective,
-                          latency_ms=(time.perf_counter() - t0) * 1e3, ignored_fields=ignored)
+                          latency_ms=(time.perf_counter() - t0) * 1e3, ignored_fields=ignored,
+                          risk=risk)
 
     def _empty(self, t0: float, version: str | None, objective: str, reason: str) -> RankResult:
         return RankResult(ranking=[], excluded=[], model_version=version, reason=reason,
@@ -714,7 +739,8 @@ class Ranker:
                       self.min_speedup.get(name, self.premium_min_speedup))
 
     def _rank(self, serving: Serving, job: dict[str, Any], names: list[str], objective: str,
-              budget: float | None) -> tuple[list[RankedType], list[Excluded]]:
+              budget: float | None, risk: str = DEFAULT_RISK
+              ) -> tuple[list[RankedType], list[Excluded]]:
         art = serving.artifact
         costs = self._cost_catalog(serving)
         assert costs is not None
@@ -760,15 +786,19 @@ class Ranker:
         proven = serving.family_min_memory_gb.get(str(job["family_id"]), math.inf)
         fits = ~(mem_fit > 1.0) | (serving.specs["memory_gb"][[serving.pos[r] for r in rows]]
                                    >= proven)
-        log_tp = serving.predict_log(X[fits])
+        log_tp, log_lo, log_hi = serving.artifact.predict_encoded(X[fits])
         bad = ~np.isfinite(log_tp)
         if bad.any():
             which = [r for r, f in zip(rows, fits, strict=True) if f]
             raise FloatingPointError(f"non-finite prediction for "
                                      f"{[which[i] for i in np.flatnonzero(bad)]}")
         tp = np.full(len(rows), np.nan)
+        lo, hi = tp.copy(), tp.copy()
         with np.errstate(over="ignore"):
             tp[fits] = np.exp(log_tp)
+            lo[fits], hi[fits] = np.exp(log_lo), np.exp(log_hi)
+        group = np.full(len(rows), -1)
+        group[fits] = novelty(X[fits], FEATURE_NAMES)
         if not np.all(np.isfinite(tp[fits] * 3600.0)):
             raise FloatingPointError("predicted throughput overflows")
         no_family = not np.isfinite(X[0, _COL_FAM_N]) if len(rows) else True
@@ -777,6 +807,7 @@ class Ranker:
         peak = serving.peak_flops(job["precision"], rows).tolist()
         mem_fit, fam_hw_n = mem_fit.tolist(), fam_hw_n.tolist()
         tp_, fits_ = tp.tolist(), fits.tolist()
+        lo_, hi_, group_ = lo.tolist(), hi.tolist(), group.tolist()
         standard = [tp_[i] for i, r in enumerate(rows) if fits_[i] and not costs[r].premium]
         best_standard = max(standard) if standard else None
 
@@ -796,6 +827,9 @@ class Ranker:
                 flags.append("missing_hardware_history")
             if not math.isfinite(mem_fit[i]):
                 flags.append("memory_fit_unknown")
+            interval = math.isfinite(lo_[i]) and math.isfinite(hi_[i])
+            if interval and hi_[i] > UNCERTAIN_RATIO * lo_[i]:
+                flags.append("uncertain")
             mfu = tp_[i] * flops / (devices * peak[i]) if mfu_rule else None
             if mfu is not None and not mfu <= 1.0:
                 flags.append("utilization_above_peak")
@@ -830,11 +864,11 @@ class Ranker:
                 speedup=speedup if speedup is None or math.isfinite(speedup) else None,
                 devices=devices,
                 cost_per_device_hour=float(price.hw.cost_per_device_hour),
-                premium=price.hw.premium, flags=tuple(flags)))
-        key: Callable[[RankedType], tuple[float, str]] = (
-            (lambda r: (-r.value, r.hardware)) if objective == "value"
-            else (lambda r: (-r.predicted_throughput, r.hardware)))
-        ranking.sort(key=key)
+                premium=price.hw.premium, flags=tuple(flags),
+                throughput_p10=lo_[i] if interval else None,
+                throughput_p90=hi_[i] if interval else None,
+                novelty=NOVELTY_GROUPS[group_[i]]))
+        ranking.sort(key=lambda r: _sort_key(r, objective, risk))
         return ranking, excluded
 
     # Batch prediction ------------------------------------------------------------------------

@@ -216,7 +216,8 @@ def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: in
         job = req.job.launch_fields()
         try:
             result = ranker.rank(job, req.candidates, objective=req.objective,
-                                 max_cost_per_hour=req.max_cost_per_hour, strict=True)
+                                 max_cost_per_hour=req.max_cost_per_hour, risk=req.risk,
+                                 strict=True)
         except LeapError:
             raise
         except Exception as exc:  # fail-open: Ranker.rank never raises, but a bug around it
@@ -244,7 +245,8 @@ def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: in
                            "latency_ms": result.latency_ms})
         if len(result.frame):
             cols = ["job", "family_id", "model_type", "trainer_count", "batch_size",
-                    "hardware", "predicted_throughput"]
+                    "hardware", "predicted_throughput", "throughput_p10", "throughput_p90",
+                    "novelty"]
             body = result.frame[cols].to_json(orient="records", double_precision=15)
         else:
             body = "[]"

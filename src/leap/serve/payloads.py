@@ -92,16 +92,27 @@ class RankRequest(BaseModel):
     max_cost_per_hour: float | None = Field(
         None, gt=0, le=1e12, allow_inf_nan=False,
         description="Budget: types whose cost per hour exceeds it are excluded.")
+    risk: Literal["averse", "neutral"] = Field(
+        "averse", description="averse: order by the lower bound of each type's 80% interval; "
+        "neutral: by the median prediction.")
 
 
 class RankedTypeOut(BaseModel):
     """One entry of the preference list."""
 
     hardware: str
-    predicted_throughput: float = Field(description="samples/s of the whole job")
+    predicted_throughput: float = Field(description="samples/s of the whole job (median)")
+    throughput_p10: float | None = Field(None, description="lower end of the 80% interval")
+    throughput_p90: float | None = Field(None, description="upper end of the 80% interval")
     cost_per_hour: float = Field(description="devices x cost_per_device_hour")
     value: float = Field(description="samples per unit cost (predicted_throughput x 3600 / "
                          "cost_per_hour)")
+    value_p10: float | None = Field(None, description="value at throughput_p10 (the averse "
+                                    "order's key)")
+    value_p90: float | None = Field(None, description="value at throughput_p90")
+    novelty: str | None = Field(None, description="what history the family had on the type: "
+                                "seen_config, seen_pair_new_shape, unobserved_pair_1/2/3plus "
+                                "(by types it ran on), new_family")
     predicted_utilization: float | None = Field(
         None, description="predicted model-FLOP utilization; null without flops_per_sample")
     speedup: float | None = Field(None, description="throughput over the fastest non-premium "
@@ -132,6 +143,7 @@ class RankResponse(BaseModel):
     reason: str | None = Field(None, description="null when ranked; else '<code>: <detail>' "
                                "(no_model, invalid_request, prediction_failed, client_*)")
     objective: str = "value"
+    risk: str = "averse"
     latency_ms: float = 0.0
     ignored_fields: list[str] = Field(default_factory=list)
 
@@ -169,6 +181,9 @@ class PredictionRow(BaseModel):
     batch_size: int
     hardware: str
     predicted_throughput: float
+    throughput_p10: float | None = None
+    throughput_p90: float | None = None
+    novelty: str | None = None
 
 
 class PredictResponse(BaseModel):

@@ -1,0 +1,152 @@
+"""Transfer of a family's measured level to types it never ran on.
+
+A family that ran on types A1..Ak has a median residual ``r`` (log samples/s over the physics
+estimate) on each. How a type B compares with A beyond physics is learned from the other
+families that ran on both: the median of ``r(B) - r(A)`` per model type, per model category
+and over the whole fleet (the snapshot's ``transfer`` table). The most specific difference is
+shrunk toward the broader one by its count, so a pair seen by one family of the model type
+moves the fleet-wide estimate only a little. Each observed type gives one estimate of
+``r(B)``; they are averaged with weights that grow with the evidence behind each difference.
+
+The family's own level on B is never used for B (the target column is left out), so the
+estimate means the same on a type the family ran on and on one it never did; training rows
+whose own history was masked (:meth:`leap.features.history.HistoryBuilder.snapshot` with
+``exclude``) teach the trees how far to trust it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from leap.catalog import Catalog
+from leap.features.columns import SMALL
+
+#: Families-worth of evidence at which a specific difference and its broader one weigh alike.
+SHRINK_FAMILIES = 3.0
+#: Names of the arrays :meth:`TransferIndex.features` returns, in feature order.
+TRANSFER_FEATURES = ("xfer_r", "xfer_n_types", "xfer_pair_n", "xfer_sd", "xfer_dist")
+
+
+class TransferIndex:
+    """Dense arrays of one snapshot: family x type levels and the type x type differences."""
+
+    def __init__(self, fam_hw: pd.DataFrame, transfer: pd.DataFrame) -> None:
+        hw = sorted(set(fam_hw["hardware"].astype(str)) | set(transfer["hw_a"].astype(str))
+                    | set(transfer["hw_b"].astype(str)))
+        self.hardware = hw
+        self.hw_pos = {h: i for i, h in enumerate(hw)}
+        # One more column than types: a target nobody ran on in the window (e.g. a new type)
+        # has no level and no differences, so its estimate is the physics ratio alone.
+        n_hw = len(hw) + 1
+        fams = pd.Index(sorted(set(fam_hw["family_id"].astype(str))), dtype=object)
+        self.families = fams
+        self._fam_small: dict[str, int] | None = None
+        self.level = np.full((len(fams), n_hw), np.nan)
+        if len(fam_hw):
+            fi = fams.get_indexer(fam_hw["family_id"].astype(str))
+            hi = np.array([self.hw_pos[h] for h in fam_hw["hardware"].astype(str)])
+            self.level[fi, hi] = fam_hw["fam_hw_med_r"].to_numpy(dtype=np.float64)
+        self.tables: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
+        for level in ("mt", "cat", "all"):
+            t = transfer[transfer["level"] == level]
+            keys = sorted(set(t["key"].astype(str))) if level != "all" else [""]
+            pos = {k: i for i, k in enumerate(keys)}
+            # At least one slot, all zero counts, so an empty level indexes like a sparse one.
+            d = np.zeros((max(len(keys), 1), n_hw, n_hw))
+            n = np.zeros((max(len(keys), 1), n_hw, n_hw))
+            if len(t):
+                ki = np.array([pos[k] for k in t["key"].astype(str)]) if level != "all" \
+                    else np.zeros(len(t), dtype=np.int64)
+                ai = np.array([self.hw_pos[h] for h in t["hw_a"].astype(str)])
+                bi = np.array([self.hw_pos[h] for h in t["hw_b"].astype(str)])
+                d[ki, ai, bi] = t["d_med"].to_numpy(dtype=np.float64)
+                n[ki, ai, bi] = t["n"].to_numpy(dtype=np.float64)
+            self.tables[level] = (pos, d, n)
+        self._specs: tuple[int, np.ndarray] | None = None
+
+    def warm(self) -> None:
+        if self._fam_small is None:
+            self._fam_small = {f: i for i, f in enumerate(self.families)}
+
+    def _family_pos(self, family: np.ndarray) -> np.ndarray:
+        if len(family) <= SMALL:
+            self.warm()
+            assert self._fam_small is not None
+            return np.array([self._fam_small.get(f, -1) for f in family], dtype=np.int64)
+        return self.families.get_indexer(family)
+
+    def _log_specs(self, catalog: Catalog) -> np.ndarray:
+        """(H + 1, 2) log 16-bit peak FLOP/s and log memory bandwidth of the indexed types."""
+        if self._specs is None or self._specs[0] != id(catalog):
+            specs = np.full((len(self.hardware) + 1, 2), np.nan)
+            for i, h in enumerate(self.hardware):
+                if h in catalog:
+                    specs[i] = np.log([catalog[h].peak_bf16_tflops, catalog[h].mem_bw_gb_per_s])
+            self._specs = (id(catalog), specs)
+        return self._specs[1]
+
+    def features(self, keys: Mapping[str, np.ndarray], hardware: np.ndarray,
+                 catalog: Catalog) -> dict[str, np.ndarray]:
+        """Transfer features of each row (family, model type, category, target type).
+
+        ``xfer_r``: the transferred residual estimate of the row's type (NaN without family
+        history on another type); ``xfer_n_types``: types the family ran on besides this
+        one; ``xfer_pair_n``: families behind the model-type differences used;
+        ``xfer_sd``: spread of the per-type estimates; ``xfer_dist``: spec distance to the
+        nearest type the family ran on.
+        """
+        n = len(hardware)
+        out = {name: np.full(n, np.nan) for name in TRANSFER_FEATURES}
+        out["xfer_n_types"] = np.zeros(n)
+        fam = self._family_pos(keys["family_id"])
+        virtual = len(self.hardware)
+        tgt = np.array([self.hw_pos.get(h, virtual) for h in hardware], dtype=np.int64) \
+            if n <= SMALL else pd.Index(self.hardware).get_indexer(hardware)
+        tgt = np.where(tgt < 0, virtual, tgt)
+        rows = np.flatnonzero(fam >= 0)
+        if len(rows) == 0:
+            return out
+        f, b = fam[rows], tgt[rows]
+        level = self.level[f]                      # (m, H): the family's residual per type
+        level[np.arange(len(rows)), b] = np.nan    # never the target's own level
+        seen = np.isfinite(level)
+        d_prev = np.zeros(level.shape)             # no evidence: the physics ratio alone
+        n_mt = n_all = np.zeros(level.shape)
+        for name, key in (("all", None), ("cat", "model_category"), ("mt", "model_type")):
+            pos, d, cnt = self.tables[name]
+            if key is None:
+                k = np.zeros(len(rows), dtype=np.int64)
+            else:
+                k = np.array([pos.get(v, -1) for v in keys[key][rows]], dtype=np.int64)
+            ok = k >= 0
+            kk = np.where(ok, k, 0)
+            dd = d[kk, :, b] * ok[:, None]          # (m, H): difference from each A to b
+            nn = cnt[kk, :, b] * ok[:, None]
+            d_prev = (nn * dd + SHRINK_FAMILIES * d_prev) / (nn + SHRINK_FAMILIES)
+            if name == "mt":
+                n_mt = nn
+            if name == "all":
+                n_all = nn
+        est = level + d_prev
+        w = np.where(seen, np.log1p(n_mt) + 0.25 * np.log1p(n_all) + 0.1, 0.0)
+        wsum = w.sum(axis=1)
+        has = wsum > 0
+        est0 = np.where(seen, est, 0.0)
+        mean = np.where(has, (w * est0).sum(axis=1) / np.where(has, wsum, 1.0), np.nan)
+        var = np.where(has, (w * (est0 - np.nan_to_num(mean)[:, None]) ** 2).sum(axis=1)
+                       / np.where(has, wsum, 1.0), np.nan)
+        specs = self._log_specs(catalog)
+        uniq = {h: i for i, h in enumerate(dict.fromkeys(hardware[rows]))}
+        tspec = np.array([[np.log(catalog[h].peak_bf16_tflops), np.log(catalog[h].mem_bw_gb_per_s)]
+                          if h in catalog else [np.nan, np.nan] for h in uniq])
+        t = tspec[[uniq[h] for h in hardware[rows]]]   # (m, 2): the target's specs
+        dist = np.abs(specs[None, :, 0] - t[:, None, 0]) + np.abs(specs[None, :, 1] - t[:, None, 1])
+        out["xfer_r"][rows] = mean
+        out["xfer_n_types"][rows] = seen.sum(axis=1)
+        out["xfer_pair_n"][rows] = np.where(seen, n_mt, 0.0).sum(axis=1)
+        out["xfer_sd"][rows] = np.sqrt(var)
+        out["xfer_dist"][rows] = np.where(has, np.where(seen, dist, np.inf).min(axis=1), np.nan)
+        return out

@@ -1,0 +1,96 @@
+"""Prediction intervals (conformal per novelty group) and the risk-aware order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from leap.errors import ArtifactError, ModelError
+from leap.features.encode import NOVELTY_GROUPS
+from leap.model.intervals import IntervalCalibrator, _conformal, coverage_by_group
+from leap.rank.ranker import RankedType, _sort_key
+
+G = {name: i for i, name in enumerate(NOVELTY_GROUPS)}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_intervals_cover_their_nominal_share_in_every_group(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    sd = {"seen_config": 0.05, "seen_pair_new_shape": 0.15, "unobserved_pair_1": 0.6,
+          "unobserved_pair_2": 0.4, "unobserved_pair_3plus": 0.3, "new_family": 0.8}
+    skew = {"unobserved_pair_1": 0.3}  # an asymmetric group: overpredicted more often
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        groups = np.repeat(np.arange(len(NOVELTY_GROUPS)), n)
+        resid = np.concatenate([rng.normal(-skew.get(g, 0.0), sd[g], n)
+                                for g in NOVELTY_GROUPS])
+        return resid, groups
+
+    cal = IntervalCalibrator(coverage=0.8).fit(*draw(1000))
+    resid, groups = draw(4000)
+    lo, hi = cal.offsets(groups)
+    cover = coverage_by_group(resid, lo, hi, groups)
+    for name in NOVELTY_GROUPS:
+        assert 0.77 <= cover[name]["coverage"] <= 0.83, (name, cover[name])
+    width = {g: float(hi[groups == i][0] - lo[groups == i][0]) for g, i in G.items()}
+    assert width["seen_config"] < width["seen_pair_new_shape"] < width["unobserved_pair_1"]
+
+
+def test_conformal_quantiles_use_finite_sample_ranks() -> None:
+    # 9 residuals 1..9 at 80%: ranks floor(10 * 0.1) = 1 and ceil(10 * 0.9) = 9.
+    assert _conformal(np.arange(9, 0, -1, dtype=float), 0.2) == (1.0, 9.0)
+    assert _conformal(np.arange(1.0, 100.0), 0.2) == (10.0, 90.0)
+
+
+def test_small_groups_borrow_the_pooled_unobserved_interval() -> None:
+    rng = np.random.default_rng(0)
+    groups = np.r_[np.full(500, G["seen_config"]), np.full(400, G["unobserved_pair_1"]),
+                   np.full(5, G["unobserved_pair_2"])]
+    resid = np.r_[rng.normal(0, 0.05, 500), rng.normal(0, 0.5, 405)]
+    cal = IntervalCalibrator(coverage=0.8, min_rows=30).fit(resid, groups)
+    assert cal.quantiles_["unobserved_pair_2"][2] == 0  # borrowed, not measured
+    wide = cal.quantiles_["unobserved_pair_2"][1] - cal.quantiles_["unobserved_pair_2"][0]
+    assert wide > 5 * (cal.quantiles_["seen_config"][1] - cal.quantiles_["seen_config"][0])
+    again = IntervalCalibrator.from_json(cal.to_json())
+    assert again.quantiles_ == cal.quantiles_
+
+
+def test_calibrator_refuses_bad_input_clearly() -> None:
+    with pytest.raises(ModelError, match="not fitted"):
+        IntervalCalibrator().offsets(np.array([0]))
+    with pytest.raises(ModelError, match="calibration rows"):
+        IntervalCalibrator().fit(np.zeros(3), np.zeros(3))
+    with pytest.raises(ModelError, match="coverage"):
+        IntervalCalibrator(coverage=1.5).fit(np.zeros(100), np.zeros(100))
+    with pytest.raises(ArtifactError, match="intervals.json"):
+        IntervalCalibrator.from_json("{}")
+
+
+def _entry(name: str, tp: float, lo: float | None, cost: float = 1.0) -> RankedType:
+    return RankedType(name, tp, cost, tp * 3600 / cost, None, None, 1, cost, False, (),
+                      lo, None if lo is None else tp * 2, None)
+
+
+def test_averse_order_prefers_a_sure_type_over_a_larger_but_uncertain_estimate() -> None:
+    sure = _entry("A40", 100.0, 90.0)          # ran there: narrow interval
+    guess = _entry("Gaudi3", 130.0, 50.0)      # never ran there: higher median, wide
+    entries = [guess, sure]
+    averse = sorted(entries, key=lambda r: _sort_key(r, "value", "averse"))
+    neutral = sorted(entries, key=lambda r: _sort_key(r, "value", "neutral"))
+    assert [r.hardware for r in averse] == ["A40", "Gaudi3"]
+    assert [r.hardware for r in neutral] == ["Gaudi3", "A40"]
+    # A guess whose low end still beats the sure type wins under both rules.
+    strong = _entry("H100-SXM", 300.0, 120.0)
+    assert sorted([sure, strong], key=lambda r: _sort_key(r, "value", "averse"))[0] is strong
+
+
+def test_risk_rules_use_cost_and_fall_back_to_the_median_without_interval() -> None:
+    cheap = _entry("L4", 50.0, 45.0, cost=0.5)      # value at p10: 45 / 0.5 = 90 per hour
+    fast = _entry("H100-SXM", 200.0, 160.0, cost=2.0)  # 160 / 2 = 80
+    assert sorted([fast, cheap], key=lambda r: _sort_key(r, "value", "averse"))[0] is cheap
+    assert sorted([fast, cheap], key=lambda r: _sort_key(r, "throughput", "averse"))[0] is fast
+    bare = _entry("T4", 95.0, None)
+    assert _sort_key(bare, "value", "averse") == _sort_key(bare, "value", "neutral")
+    tie = [_entry("B", 100.0, 80.0), _entry("A", 100.0, 80.0)]
+    assert [r.hardware for r in sorted(tie, key=lambda r: _sort_key(r, "value", "averse"))] \
+        == ["A", "B"]

@@ -1,0 +1,139 @@
+"""Transfer to types a family never ran on: the estimate, masking without leaks, novelty."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import SMALL_AS_OF
+from leap.catalog import Catalog
+from leap.data.store import Store
+from leap.features.encode import (
+    FEATURE_NAMES,
+    NOVELTY_GROUPS,
+    FeatureSpec,
+    encode,
+    novelty,
+)
+from leap.features.history import HistoryBuilder, prepare_history
+from leap.features.transfer import SHRINK_FAMILIES, TransferIndex
+from leap.model.train import load_attempts, masked_rows
+
+CAT = Catalog.default()
+
+
+@pytest.fixture(scope="module")
+def attempts(sim_workspace) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        return load_attempts(store, SMALL_AS_OF - timedelta(days=12),
+                             SMALL_AS_OF + timedelta(days=1))
+
+
+def _index(levels: dict[tuple[str, str], float], pairs: list[tuple]) -> TransferIndex:
+    fam_hw = pd.DataFrame([{"family_id": f, "hardware": h, "fam_hw_med_r": r}
+                           for (f, h), r in levels.items()])
+    transfer = pd.DataFrame(pairs, columns=["level", "key", "hw_a", "hw_b", "d_med", "n"])
+    return TransferIndex(fam_hw, transfer)
+
+
+def _keys(family: str, n: int, mt: str = "m1", cat: str = "vision") -> dict[str, np.ndarray]:
+    return {"family_id": np.array([family] * n, dtype=object),
+            "model_type": np.array([mt] * n, dtype=object),
+            "model_category": np.array([cat] * n, dtype=object)}
+
+
+def test_transfer_carries_the_family_level_by_the_shrunk_pair_difference() -> None:
+    idx = _index({("f", "A100-SXM4-80GB"): 0.5},
+                 [("mt", "m1", "A100-SXM4-80GB", "H100-SXM", 0.2, 10.0)])
+    out = idx.features(_keys("f", 2), np.array(["H100-SXM", "A100-SXM4-80GB"], dtype=object),
+                       CAT)
+    # The model-type difference (10 families) shrinks toward the broader levels (none: 0).
+    want = 0.5 + 10 * 0.2 / (10 + SHRINK_FAMILIES)
+    assert out["xfer_r"][0] == pytest.approx(want)
+    assert out["xfer_n_types"][0] == 1 and out["xfer_pair_n"][0] == 10
+    # The family's own level on a type is never the estimate for that type.
+    assert np.isnan(out["xfer_r"][1]) and out["xfer_n_types"][1] == 0
+    assert out["xfer_dist"][0] > 0
+
+
+def test_transfer_without_pair_evidence_is_the_physics_ratio_and_new_types_work() -> None:
+    idx = _index({("f", "A100-SXM4-80GB"): 0.5, ("f", "L4"): 0.7}, [])
+    # B200 appears nowhere in the history: the estimate is the family's mean residual.
+    out = idx.features(_keys("f", 1), np.array(["B200"], dtype=object), CAT)
+    assert out["xfer_r"][0] == pytest.approx(0.6)
+    assert out["xfer_n_types"][0] == 2
+    unknown = idx.features(_keys("nobody", 1), np.array(["B200"], dtype=object), CAT)
+    assert np.isnan(unknown["xfer_r"][0]) and unknown["xfer_n_types"][0] == 0
+
+
+def test_transfer_features_are_the_same_for_one_row_and_many() -> None:
+    idx = _index({("f", "A100-SXM4-80GB"): 0.5, ("g", "L4"): 0.1},
+                 [("all", "", "A100-SXM4-80GB", "L4", -0.3, 40.0),
+                  ("cat", "vision", "A100-SXM4-80GB", "L4", -0.2, 8.0)])
+    hw = np.array(["L4", "T4", "H100-SXM"] * 60, dtype=object)
+    keys = {k: np.concatenate([v, _keys("g", 90)[k]]) for k, v in _keys("f", 90).items()}
+    big = idx.features(keys, hw, CAT)
+    for i in (0, 1, 2, 95):
+        one = idx.features({k: v[i:i + 1] for k, v in keys.items()}, hw[i:i + 1], CAT)
+        for name, arr in big.items():
+            np.testing.assert_array_equal(arr[i:i + 1], one[name])
+
+
+def test_novelty_groups_follow_the_history_of_each_row() -> None:
+    pos = {n: i for i, n in enumerate(FEATURE_NAMES)}
+    X = np.full((4, len(FEATURE_NAMES)), np.nan)
+    X[0, [pos["fam_hw_shape_n"], pos["fam_hw_n"], pos["fam_n"]]] = 1
+    X[1, [pos["fam_hw_n"], pos["fam_n"]]] = 1
+    X[2, pos["fam_n"]] = 1
+    X[2, pos["xfer_n_types"]] = 7
+    X[3, pos["xfer_n_types"]] = 0
+    assert [NOVELTY_GROUPS[g] for g in novelty(X, FEATURE_NAMES)] == [
+        "seen_config", "seen_pair_new_shape", "unobserved_pair_3plus", "new_family"]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), share=st.sampled_from([0.3, 1.0]))
+def test_masked_rows_cannot_see_their_own_pair(attempts: pd.DataFrame, seed: int,
+                                               share: float) -> None:
+    """A masked row's features equal those built from a history where its (family, type)
+    never happened, and do not move when that pair's outcomes change."""
+    as_of = SMALL_AS_OF - timedelta(days=1)
+    past = attempts[attempts["submitted_at"] < as_of]
+    day = attempts[(attempts["submitted_at"] >= as_of) & (attempts["submitted_at"] < SMALL_AS_OF)
+                   & (attempts["status"] == "succeeded")].head(400).reset_index(drop=True)
+    spec = FeatureSpec(names=FEATURE_NAMES, vocab=FeatureSpec.fit(day, CAT).vocab)
+    builder = HistoryBuilder(prepare_history(past, CAT))
+    X_day = encode(day, builder.snapshot(as_of), CAT, spec)
+    Xm, rows = masked_rows(day, X_day, builder, as_of, CAT, spec, np.random.default_rng(seed),
+                           share=share)
+    assert len(rows) > 0
+    pairs = day.iloc[rows][["family_id", "hardware"]].drop_duplicates()
+    # Pair history is gone from every masked row.
+    assert not np.isfinite(Xm[:, FEATURE_NAMES.index("fam_hw_n")]).any()
+    # Poison every outcome of the masked pairs: the masked rows must not change.
+    hit = past.merge(pairs.assign(_hit=True), on=["family_id", "hardware"], how="left")[
+        "_hit"].fillna(False).to_numpy(dtype=bool)
+    poisoned = past.copy()
+    poisoned.loc[hit, "throughput"] *= 1000.0
+    Xp, rows_p = masked_rows(day, X_day, HistoryBuilder(prepare_history(poisoned, CAT)), as_of,
+                             CAT, spec, np.random.default_rng(seed), share=share)
+    np.testing.assert_array_equal(rows, rows_p)
+    np.testing.assert_array_equal(Xm, Xp)
+    # ... and they equal the rows encoded from a history without those pairs at all.
+    removed = HistoryBuilder(prepare_history(past[~hit], CAT)).snapshot(as_of)
+    np.testing.assert_array_equal(Xm, encode(day.iloc[rows], removed, CAT, spec))
+
+
+def test_snapshot_exclusion_of_nothing_changes_nothing(attempts: pd.DataFrame) -> None:
+    as_of = datetime(2026, 1, 10, tzinfo=UTC)
+    builder = HistoryBuilder(prepare_history(attempts[attempts["submitted_at"] < as_of], CAT))
+    a = builder.snapshot(as_of)
+    b = builder.snapshot(as_of, exclude=pd.DataFrame({"family_id": ["no-such"],
+                                                      "hardware": ["L4"]}))
+    for name in a.tables:
+        pd.testing.assert_frame_equal(a.tables[name], b.tables[name])
