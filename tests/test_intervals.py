@@ -62,7 +62,7 @@ def test_calibrator_refuses_bad_input_clearly() -> None:
         IntervalCalibrator().fit(np.zeros(3), np.zeros(3))
     with pytest.raises(ModelError, match="coverage"):
         IntervalCalibrator(coverage=1.5).fit(np.zeros(100), np.zeros(100))
-    with pytest.raises(ArtifactError, match="intervals.json"):
+    with pytest.raises(ArtifactError, match=r"intervals\.json"):
         IntervalCalibrator.from_json("{}")
 
 
@@ -94,3 +94,20 @@ def test_risk_rules_use_cost_and_fall_back_to_the_median_without_interval() -> N
     tie = [_entry("B", 100.0, 80.0), _entry("A", 100.0, 80.0)]
     assert [r.hardware for r in sorted(tie, key=lambda r: _sort_key(r, "value", "averse"))] \
         == ["A", "B"]
+
+
+def test_natural_rows_guard_the_masked_calibration() -> None:
+    """Masked rows are easier than real new families and unobserved pairs: the calibrator
+    uses natural new families, and widens unobserved groups to the natural ones' interval."""
+    rng = np.random.default_rng(3)
+    n = 600
+    groups = np.r_[np.full(n, G["new_family"]), np.full(n, G["new_family"]),
+                   np.full(n, G["unobserved_pair_3plus"]), np.full(n, G["unobserved_pair_1"])]
+    masked = np.r_[np.ones(n, bool), np.zeros(n, bool), np.ones(n, bool), np.zeros(n, bool)]
+    resid = np.r_[rng.normal(0, 0.2, n), rng.normal(0, 0.8, n), rng.normal(0, 0.2, n),
+                  rng.normal(0, 0.6, n)]
+    cal = IntervalCalibrator().fit(resid, groups, masked)
+    lo, hi, used = cal.quantiles_["new_family"]
+    assert used == n and hi - lo > 1.5  # the natural new families' spread (about 2.05)
+    lo3, hi3, _ = cal.quantiles_["unobserved_pair_3plus"]
+    assert hi3 - lo3 > 1.2  # widened from the masked rows' ~0.5 by the natural unobserved ones

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import SMALL_AS_OF
 from leap.catalog import Catalog
+from leap.config import Workspace
 from leap.data.store import Store
 from leap.features.encode import (
     FEATURE_NAMES,
@@ -28,7 +29,7 @@ CAT = Catalog.default()
 
 
 @pytest.fixture(scope="module")
-def attempts(sim_workspace) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+def attempts(sim_workspace: Workspace) -> pd.DataFrame:
     with Store(sim_workspace.store_path, read_only=True) as store:
         return load_attempts(store, SMALL_AS_OF - timedelta(days=12),
                              SMALL_AS_OF + timedelta(days=1))
@@ -96,7 +97,8 @@ def test_novelty_groups_follow_the_history_of_each_row() -> None:
         "seen_config", "seen_pair_new_shape", "unobserved_pair_3plus", "new_family"]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), share=st.sampled_from([0.3, 1.0]))
 def test_masked_rows_cannot_see_their_own_pair(attempts: pd.DataFrame, seed: int,
                                                share: float) -> None:

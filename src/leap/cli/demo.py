@@ -41,12 +41,15 @@ def _ranking_table(title: str, job: dict[str, Any], result: Any,
                    truth: dict[str, float]) -> Table:
     t = Table(title=title, title_justify="left")
     for col, just in (("#", "right"), ("hardware", "left"), ("predicted samples/s", "right"),
-                      ("true (simulator)", "right"), ("$/hour", "right"),
-                      ("samples per $", "right"), ("MFU", "right"), ("flags", "left")):
+                      ("80% interval", "right"), ("true (simulator)", "right"),
+                      ("$/hour", "right"), ("samples per $", "right"), ("MFU", "right"),
+                      ("flags", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for i, r in enumerate(result.ranking[:8], start=1):
         mfu = "—" if r.predicted_utilization is None else f"{100 * r.predicted_utilization:.0f}%"
-        t.add_row(str(i), r.hardware, _si(r.predicted_throughput),
+        span = "—" if r.throughput_p10 is None else \
+            f"{_si(r.throughput_p10)}–{_si(r.throughput_p90)}"
+        t.add_row(str(i), r.hardware, _si(r.predicted_throughput), span,
                   _si(truth.get(r.hardware, float("nan"))), f"{r.cost_per_hour:,.2f}",
                   _si(r.value), mfu, ", ".join(_FLAG_LABELS.get(f, f) for f in r.flags))
     if len(result.ranking) > 8:
@@ -147,7 +150,9 @@ def demo(
         console.print(f"[bold]{title}[/]: family {job['family_id']} ({job['model_type']}, "
                       f"{job['trainer_count']} x {job.get('devices_per_trainer') or 1} devices, "
                       f"batch {job['batch_size']}, {job.get('precision')})")
-        console.print(_ranking_table("preference list (best value first)", job, res, truth))
+        console.print(_ranking_table("preference list (best value at the interval's low end "
+                                     "first)", job, res, truth))
+        console.print("  " + _pick_verdict(res, truth))
         premium = [e for e in res.excluded if e.reason == "premium_below_threshold"]
         others = [e for e in res.excluded if e.reason != "premium_below_threshold"]
         for e in premium:
@@ -157,6 +162,25 @@ def demo(
             console.print("  also left out: " + ", ".join(f"{n} {r}" for r, n in reasons.items()))
     console.print(f"\nNext: `leap --home {ws.home} serve` and POST a job to /v1/rank, or "
                   f"`leap --home {ws.home} rank --job job.json`.")
+
+
+def _pick_verdict(result: Any, truth: dict[str, float]) -> str:
+    """How far the pick was from the truth, and from the best type among those ranked."""
+    if not result.ranking:
+        return f"no ranking: {result.reason or 'every type was left out'}"
+    pick = result.ranking[0]
+    true_tp = truth.get(pick.hardware, float("nan"))
+    values = {r.hardware: truth.get(r.hardware, float("nan")) * 3600 / r.cost_per_hour
+              for r in result.ranking}
+    best = max(values, key=lambda n: values[n] if values[n] == values[n] else -1.0)
+    regret = 1 - values[pick.hardware] / values[best] if values[best] > 0 else float("nan")
+    inside = pick.throughput_p10 is not None and pick.throughput_p90 is not None and \
+        pick.throughput_p10 <= true_tp <= pick.throughput_p90
+    return (f"pick {pick.hardware}: true samples/s {_si(true_tp)} = "
+            f"{true_tp / pick.predicted_throughput:.2f}x the prediction "
+            f"({'inside' if inside else 'outside'} its interval); best true value among the "
+            f"ranked types: {best}" + ("" if best == pick.hardware else
+                                       f", so the pick loses {100 * regret:.0f}% of value"))
 
 
 def _job_fields() -> tuple[str, ...]:
@@ -177,14 +201,15 @@ def _pick_examples(day: pd.DataFrame, ranker: Any) -> list[tuple[str, dict[str, 
 
     rng = np.random.default_rng(0)
     picks: list[tuple[str, dict[str, Any], Any]] = []
-    seen = day[day["history"] > 20]
-    if len(seen):
-        row = seen.iloc[int(rng.integers(len(seen)))]
-        picks.append(("A job with history", row.to_dict(), rank(row)))
-    new = day[day["history"] == 0]
-    if len(new):
-        row = new.iloc[int(rng.integers(len(new)))]
-        picks.append(("A new family (no history)", row.to_dict(), rank(row)))
+    for title, pool in (("A job with history", day[day["history"] > 20]),
+                        ("A new family (no history)", day[day["history"] == 0])):
+        # The first job of the pool (in a seeded order) that fits some type.
+        for i in rng.permutation(len(pool))[:50]:
+            row = pool.iloc[int(i)]
+            res = rank(row)
+            if res.ranking:
+                picks.append((title, row.to_dict(), res))
+                break
     for i in rng.permutation(len(day))[:300]:
         row = day.iloc[int(i)]
         res = rank(row)

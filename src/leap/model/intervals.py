@@ -12,6 +12,13 @@ For coverage ``1 - alpha`` the interval of a row in group ``g`` is
 ``alpha / 2`` and ``1 - alpha / 2`` conformal quantiles of ``y - pred`` in that group (the
 finite-sample rank ``ceil((n + 1) p)``). A group with fewer than ``min_rows`` calibration
 rows borrows the quantiles of all unobserved-pair rows, then of every row.
+
+Masked rows stand in for unobserved pairs, but they are the family's own chosen types, and
+a new family is not the same as an established family masked on its only type. So, given
+which rows were masked: ``new_family`` is calibrated on natural new families when there are
+``min_rows`` of them, and each unobserved-pair group takes the union of its own interval and
+that of the natural unobserved pairs (types a family ran on for the first time), whichever
+is wider on each side, when the group's rows include masked ones.
 """
 
 from __future__ import annotations
@@ -57,13 +64,18 @@ class IntervalCalibrator:
     min_rows: int = 30
     quantiles_: dict[str, tuple[float, float, int]] = field(default_factory=dict)
 
-    def fit(self, resid: np.ndarray, groups: np.ndarray) -> IntervalCalibrator:
+    def fit(self, resid: np.ndarray, groups: np.ndarray,
+            masked: np.ndarray | None = None) -> IntervalCalibrator:
+        """Calibrate on log residuals ``y - pred`` of held-out rows and their novelty groups;
+        ``masked`` marks rows encoded with their own pair history removed."""
         if not 0 < self.coverage < 1:
             raise ModelError(f"coverage must be in (0, 1), got {self.coverage}")
         resid = np.asarray(resid, dtype=np.float64)
         groups = np.asarray(groups, dtype=np.int64)
+        masked = np.zeros(len(resid), dtype=bool) if masked is None else np.asarray(masked,
+                                                                                   dtype=bool)
         ok = np.isfinite(resid)
-        resid, groups = resid[ok], groups[ok]
+        resid, groups, masked = resid[ok], groups[ok], masked[ok]
         if len(resid) < self.min_rows:
             raise ModelError(f"only {len(resid)} calibration rows; need at least "
                              f"{self.min_rows}")
@@ -72,11 +84,19 @@ class IntervalCalibrator:
         unobs = np.isin(groups, _UNOBSERVED)
         pooled_unobs = (*_conformal(resid[unobs], alpha), int(unobs.sum())) \
             if unobs.sum() >= self.min_rows else pooled_all
+        natural_unobs = unobs & ~masked
+        guard = _conformal(resid[natural_unobs], alpha) \
+            if natural_unobs.sum() >= self.min_rows else None
         self.quantiles_ = {}
         for i, name in enumerate(NOVELTY_GROUPS):
             m = groups == i
+            if name == "new_family" and (m & ~masked).sum() >= self.min_rows:
+                m = m & ~masked
             if m.sum() >= self.min_rows:
-                self.quantiles_[name] = (*_conformal(resid[m], alpha), int(m.sum()))
+                lo, hi = _conformal(resid[m], alpha)
+                if i in _UNOBSERVED and guard is not None and (m & masked).any():
+                    lo, hi = min(lo, guard[0]), max(hi, guard[1])
+                self.quantiles_[name] = (lo, hi, int(m.sum()))
             elif i in _UNOBSERVED or name == "new_family":
                 self.quantiles_[name] = (*pooled_unobs[:2], 0)
             else:

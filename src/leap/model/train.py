@@ -383,7 +383,7 @@ def calibrate_intervals(model: Model, ts: TrainingSet, cfg: TrainConfig) -> Inte
     X = ts.X[val]
     pred = model.predict(X, base=base_margin(X, ts.spec, ts.fallback_log_tp))
     return IntervalCalibrator(coverage=cfg.interval_coverage).fit(ts.y[val] - pred,
-                                                                 ts.group[val])
+                                                                 ts.group[val], ts.masked[val])
 
 
 def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray,

@@ -30,7 +30,7 @@ _PRECISION_P = np.array([
     [0.50, 0.20, 0.25, 0.05, 0.00]])
 #: How strongly a category's home types lean to fast devices (exponent on 16-bit peak).
 _HOME_PEAK_EXPONENT = np.array([0.3, 0.5, 0.7, 1.5, 0.5, -0.7, 0.0])
-_MAX_TRAINERS = 512
+MAX_TRAINERS = 512
 _FAMILY_DURATION_SD = 0.6
 assert len(_DPT_P) == len(CATEGORIES) == len(_PRECISION_P)
 assert _PRECISION_P.shape[1] == len(PRECISIONS)
@@ -133,7 +133,7 @@ def make_families(rng: np.random.Generator, n: int, *, arrival_day: int, types: 
         if not stuck.any():
             break
         shrink = stuck & (per_device > 1)
-        grow = stuck & ~shrink & (trainers * 2 <= _MAX_TRAINERS)
+        grow = stuck & ~shrink & (trainers * 2 <= MAX_TRAINERS)
         per_device = np.where(shrink, np.maximum(1, per_device // 2), per_device)
         trainers = np.where(grow, trainers * 2, trainers)
     shape = JobShape(mt, trainers, dpt, per_device * dpt, precision, tp, pp)

@@ -14,7 +14,7 @@ import pyarrow as pa
 from leap.catalog import Catalog
 from leap.data.schema import ATTEMPTS_SCHEMA, PRECISIONS, STATUSES
 from leap.errors import ConfigError
-from leap.sim.families import attempt_duration_sd
+from leap.sim.families import MAX_TRAINERS, attempt_duration_sd
 from leap.sim.fleet import S_ATTEMPTS, SIM_VERSION, Fleet, day_rng
 from leap.sim.physics import JobShape
 from leap.sim.scenario import CATEGORIES, Scenario
@@ -44,13 +44,30 @@ def _nullable(values: np.ndarray) -> pa.Array:
     return pa.array(values, type=pa.float64(), mask=np.isnan(values))
 
 
-def _vary(rng: np.random.Generator, base: JobShape, share_base: float) -> JobShape:
-    """Most attempts run the base shape; the rest double or halve trainers or batch size."""
+def _vary(rng: np.random.Generator, base: JobShape, share_base: float,
+          spread: int = 1) -> JobShape:
+    """Most attempts run the base shape; the rest change trainers or batch size.
+
+    With ``spread`` 1 (the default fleet) a variant doubles or halves one of them. A wider
+    spread (a fleet whose jobs are retuned often) scales trainers by ``2^j``, ``|j| <=
+    spread``, and the batch size by a continuous factor within ``2^+-spread`` (rounded to a
+    multiple of the devices per trainer), both at once, so exact configurations rarely repeat.
+    """
     n = len(base.model_type)
     variant = rng.uniform(size=n) >= share_base
-    kind = rng.integers(0, 4, n)
     t, b = base.trainer_count, base.batch_size
     pp, dpt = base.pipeline_parallel, base.devices_per_trainer
+    if spread > 1:
+        # Only a wider spread draws these numbers: the default fleet stays exactly as it was.
+        j = rng.integers(-spread, spread + 1, n)
+        up = np.minimum(t * 2 ** np.maximum(j, 0), MAX_TRAINERS)
+        down = t // 2 ** np.maximum(-j, 0)
+        new_t = np.where(j >= 0, up, np.where((down >= pp) & (down % pp == 0), down, t))
+        factor = 2.0 ** rng.uniform(-spread, spread, n)
+        new_b = np.maximum(dpt, np.round(b * factor / dpt).astype(np.int64) * dpt)
+        return JobShape(base.model_type, np.where(variant, new_t, t), dpt,
+                        np.where(variant, new_b, b), base.precision, base.tensor_parallel, pp)
+    kind = rng.integers(0, 4, n)
     half_t = t // 2
     can_half_t = (half_t >= pp) & (half_t % pp == 0)
     new_t = np.where((kind == 0) | ~can_half_t, t * 2, half_t)
@@ -85,7 +102,7 @@ def simulate_day(fleet: Fleet, day: int) -> DayOutcome:
     w = np.where(f.alive(day), f.weight, 0.0)
     fam = rng.choice(len(f), n, p=w / w.sum())
     offset_us = np.sort(rng.integers(0, _US_PER_DAY, n))
-    shape = _vary(rng, f.shape(fam), sc.base_config_share)
+    shape = _vary(rng, f.shape(fam), sc.base_config_share, sc.config_spread)
 
     placed = schedule_day(fleet, fam, shape.devices, day)
     hw = placed.hardware

@@ -59,6 +59,7 @@ class Scenario:
     preemption_prob: float
     over_capacity_preemption_prob: float
     base_config_share: float
+    config_spread: int
     duration_median_hours: float
     duration_log_sd: float
     duration_cap_hours: float
@@ -86,7 +87,8 @@ class Scenario:
         Parameters
         ----------
         path : Path, optional
-            A scenario TOML file; ``None`` gives the defaults.
+            A scenario TOML file, or the name of a scenario shipped with leap (``novel``:
+            ``resources/scenario_novel.toml``); ``None`` gives the defaults.
 
         Raises
         ------
@@ -97,6 +99,10 @@ class Scenario:
         base = cls.default()
         if path is None:
             return base
+        shipped = resources.files("leap.resources").joinpath(f"scenario_{path}.toml")
+        if not Path(path).exists() and shipped.is_file():
+            return cls.from_toml(shipped.read_text("utf-8"), origin=f"scenario '{path}'",
+                                 base=base)
         try:
             text = Path(path).read_text("utf-8")
         except OSError as exc:
@@ -165,6 +171,7 @@ class Scenario:
         need(1 <= self.home_types_min <= self.home_types_max, "home_types_min",
              f">= 1 and <= home_types_max ({self.home_types_max})")
         need(self.home_types_max <= 8, "home_types_max", "<= 8")
+        need(1 <= self.config_spread <= 6, "config_spread", "within [1, 6]")
         unknown = [c for c in self.category_share if c not in CATEGORIES]
         if unknown:
             raise ConfigError(f"{origin}: unknown category '{unknown[0]}' in [category_share]"
