@@ -22,7 +22,7 @@ from leap.features.encode import (
     novelty,
 )
 from leap.features.history import HistoryBuilder, prepare_history
-from leap.features.transfer import SHRINK_FAMILIES, TransferIndex
+from leap.features.transfer import BLEND_FAMILIES, SHRINK_FAMILIES, SHRINK_GAIN, TransferIndex
 from leap.model.train import load_attempts, masked_rows
 
 CAT = Catalog.default()
@@ -35,27 +35,40 @@ def attempts(sim_workspace: Workspace) -> pd.DataFrame:
                              SMALL_AS_OF + timedelta(days=1))
 
 
-def _index(levels: dict[tuple[str, str], float], pairs: list[tuple]) -> TransferIndex:
-    fam_hw = pd.DataFrame([{"family_id": f, "hardware": h, "fam_hw_med_r": r}
-                           for (f, h), r in levels.items()])
-    transfer = pd.DataFrame(pairs, columns=["level", "key", "hw_a", "hw_b", "d_med", "n"])
+def _index(levels: dict[tuple[str, str], float], pairs: list[tuple],
+           phys: float = 2.0) -> TransferIndex:
+    """Families' residuals on types (their physics estimate ``phys`` everywhere)."""
+    fam_hw = pd.DataFrame([{"family_id": f, "hardware": h, "fam_hw_med_r": r,
+                            "fam_hw_med_y": r + phys} for (f, h), r in levels.items()])
+    rows = [p if len(p) == 8 else (*p, 0.0, 0.0) for p in pairs]
+    transfer = pd.DataFrame(rows, columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy",
+                                           "sxx"])
     return TransferIndex(fam_hw, transfer)
 
 
 def _keys(family: str, n: int, mt: str = "m1", cat: str = "vision") -> dict[str, np.ndarray]:
     return {"family_id": np.array([family] * n, dtype=object),
             "model_type": np.array([mt] * n, dtype=object),
-            "model_category": np.array([cat] * n, dtype=object)}
+            "model_category": np.array([cat] * n, dtype=object),
+            "precision": np.array(["bf16"] * n, dtype=object)}
+
+
+def _features(idx: TransferIndex, keys: dict[str, np.ndarray], hw: list[str],
+              phys: float = 3.0) -> dict[str, np.ndarray]:
+    return idx.features(keys, np.array(hw, dtype=object), CAT, np.full(len(hw), phys))
 
 
 def test_transfer_carries_the_family_level_by_the_shrunk_pair_difference() -> None:
     idx = _index({("f", "A100-SXM4-80GB"): 0.5},
                  [("mt", "m1", "A100-SXM4-80GB", "H100-SXM", 0.2, 10.0)])
-    out = idx.features(_keys("f", 2), np.array(["H100-SXM", "A100-SXM4-80GB"], dtype=object),
-                       CAT)
+    out = _features(idx, _keys("f", 2), ["H100-SXM", "A100-SXM4-80GB"])
     # The model-type difference (10 families) shrinks toward the broader levels (none: 0).
     want = 0.5 + 10 * 0.2 / (10 + SHRINK_FAMILIES)
-    assert out["xfer_r"][0] == pytest.approx(want)
+    assert out["xfer_d_r"][0] == pytest.approx(want)
+    # No gain evidence: the whole physics gain applies, the residual carries over as is.
+    assert out["xfer_gamma"][0] == 1.0 and out["xfer_g_r"][0] == pytest.approx(0.5)
+    lam = 10 / (10 + BLEND_FAMILIES)
+    assert out["xfer_r"][0] == pytest.approx(lam * want + (1 - lam) * 0.5)
     assert out["xfer_n_types"][0] == 1 and out["xfer_pair_n"][0] == 10
     # The family's own level on a type is never the estimate for that type.
     assert np.isnan(out["xfer_r"][1]) and out["xfer_n_types"][1] == 0
@@ -65,22 +78,35 @@ def test_transfer_carries_the_family_level_by_the_shrunk_pair_difference() -> No
 def test_transfer_without_pair_evidence_is_the_physics_ratio_and_new_types_work() -> None:
     idx = _index({("f", "A100-SXM4-80GB"): 0.5, ("f", "L4"): 0.7}, [])
     # B200 appears nowhere in the history: the estimate is the family's mean residual.
-    out = idx.features(_keys("f", 1), np.array(["B200"], dtype=object), CAT)
+    out = _features(idx, _keys("f", 1), ["B200"])
     assert out["xfer_r"][0] == pytest.approx(0.6)
     assert out["xfer_n_types"][0] == 2
-    unknown = idx.features(_keys("nobody", 1), np.array(["B200"], dtype=object), CAT)
+    unknown = _features(idx, _keys("nobody", 1), ["B200"])
     assert np.isnan(unknown["xfer_r"][0]) and unknown["xfer_n_types"][0] == 0
+
+
+def test_gain_share_carries_a_job_that_does_not_speed_up_as_physics_says() -> None:
+    # Fleet evidence: between types, residuals fall by exactly the physics gain (slope -1),
+    # so jobs like this get none of it (an input-bound job): gamma -> 0.
+    idx = _index({("f", "L4"): -1.0}, [("all", "bf16", "L4", "T4", 0.0, 50.0, -20.0, 20.0)],
+                 phys=2.0)
+    out = _features(idx, _keys("f", 1), ["H100-SXM"], phys=5.0)
+    gamma = 20.0 * 0.0 / (20.0 + SHRINK_GAIN) + SHRINK_GAIN * 1.0 / (20.0 + SHRINK_GAIN)
+    assert out["xfer_gamma"][0] == pytest.approx(gamma)
+    # Family's log throughput on L4 is 1.0 (= -1 + 2); the target's physics is 5 (+3).
+    assert out["xfer_g_r"][0] + 5.0 == pytest.approx(1.0 + gamma * 3.0)
 
 
 def test_transfer_features_are_the_same_for_one_row_and_many() -> None:
     idx = _index({("f", "A100-SXM4-80GB"): 0.5, ("g", "L4"): 0.1},
-                 [("all", "", "A100-SXM4-80GB", "L4", -0.3, 40.0),
-                  ("cat", "vision", "A100-SXM4-80GB", "L4", -0.2, 8.0)])
+                 [("all", "bf16", "A100-SXM4-80GB", "L4", -0.3, 40.0, -3.0, 5.0),
+                  ("cat", "vision/bf16", "A100-SXM4-80GB", "L4", -0.2, 8.0)])
     hw = np.array(["L4", "T4", "H100-SXM"] * 60, dtype=object)
     keys = {k: np.concatenate([v, _keys("g", 90)[k]]) for k, v in _keys("f", 90).items()}
-    big = idx.features(keys, hw, CAT)
+    big = idx.features(keys, hw, CAT, np.full(len(hw), 3.0))
     for i in (0, 1, 2, 95):
-        one = idx.features({k: v[i:i + 1] for k, v in keys.items()}, hw[i:i + 1], CAT)
+        one = idx.features({k: v[i:i + 1] for k, v in keys.items()}, hw[i:i + 1], CAT,
+                           np.full(1, 3.0))
         for name, arr in big.items():
             np.testing.assert_array_equal(arr[i:i + 1], one[name])
 

@@ -42,6 +42,16 @@ class Hardware:
     cost_source: str = ""
     notes: str = ""
 
+    @property
+    def bf16_native(self) -> float:
+        """1.0 when the type runs bf16 natively, 0.0 for NVIDIA before Ampere (Pascal, Volta,
+        Turing), whose 16-bit tensor cores are fp16 only: bf16 there runs at fp32 speed."""
+        return 0.0 if self.vendor == "NVIDIA" and self.architecture.startswith(
+            NO_BF16_ARCHITECTURES) else 1.0
+
+
+#: NVIDIA architectures without bf16 tensor cores (bf16 arrived with Ampere).
+NO_BF16_ARCHITECTURES = ("Pascal", "Volta", "Turing")
 
 _FIELD_TYPES: dict[str, type] = {
     f.name: {"str": str, "int": int, "float": float, "bool": bool}[str(f.type)]
@@ -55,7 +65,7 @@ _POSITIVE = ("devices_per_host", "peak_bf16_tflops", "peak_fp32_tflops", "memory
 SPEC_COLUMNS: tuple[str, ...] = (
     "year", "devices_per_host", "peak_bf16_tflops", "peak_fp32_tflops", "memory_gb",
     "mem_bw_gb_per_s", "intra_node_bw_gb_per_s", "inter_node_bw_gbit_per_s",
-    "cost_per_device_hour",
+    "cost_per_device_hour", "bf16_native",
 )
 
 

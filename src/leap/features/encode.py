@@ -57,7 +57,8 @@ def _history_names() -> list[str]:
 
 FEATURE_NAMES: tuple[str, ...] = (
     *[f"log_{c}" for c in _LOG_JOB], *_RAW_JOB, *CATEGORICAL, *_HW, *_PHYS,
-    *_history_names(), *TRANSFER_FEATURES, "xfer_est", "has_family_history", "hist_level",
+    *_history_names(), *TRANSFER_FEATURES, "xfer_est", "xfer_g_est", "has_family_history",
+    "hist_level",
     "hist_est",
 )
 
@@ -202,8 +203,9 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
         for j, name in enumerate(lv.stats):
             cols[name] = block[:, j]
     keys["model_category"] = cols_in.text("model_category")
-    cols.update(snapshot.transfer.features(keys, hardware, catalog))
+    keys["precision"] = cols_in.text("precision")
     phys0 = np.nan_to_num(phys["log_phys_sps"], nan=0.0)
+    cols.update(snapshot.transfer.features(keys, hardware, catalog, phys0))
     best = np.full(n, np.nan)
     level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
@@ -212,6 +214,7 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
         best[take] = r[take]
         level_used[take] = rank
     cols["xfer_est"] = phys0 + cols["xfer_r"]
+    cols["xfer_g_est"] = phys0 + cols["xfer_g_r"]
     cols["has_family_history"] = np.isfinite(cols["fam_n"]).astype(np.float64)
     cols["hist_level"] = level_used
     cols["hist_est"] = phys0 + best

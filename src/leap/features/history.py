@@ -67,12 +67,13 @@ LEVELS: tuple[Level, ...] = (
     Level("mt", ("model_type",), ("r",)),
 )
 
-_STRING_KEYS = ("family_id", "model_type", "model_category", "hardware", "vendor", "shape")
-HISTORY_COLUMNS = ("family_id", "model_type", "model_category", "hardware", "vendor",
-                   "trainer_count", "shape", "submitted_at", "y", "r")
+_STRING_KEYS = ("family_id", "model_type", "model_category", "precision", "hardware", "vendor",
+                "shape")
+HISTORY_COLUMNS = ("family_id", "model_type", "model_category", "precision", "hardware",
+                   "vendor", "trainer_count", "shape", "submitted_at", "y", "r")
 #: The cross-type transfer table of a snapshot (see :mod:`leap.features.transfer`).
 TRANSFER = "transfer"
-TRANSFER_COLUMNS = ("level", "key", "hw_a", "hw_b", "d_med", "n")
+TRANSFER_COLUMNS = ("level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx")
 
 
 def key_strings(parts: Sequence[np.ndarray], sep: str = KEY_SEP) -> np.ndarray:
@@ -114,9 +115,8 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     return pd.DataFrame({
         "family_id": ok["family_id"].astype(str),
         "model_type": ok["model_type"].astype(str),
-        "model_category": (ok["model_category"].astype(object).where(
-            ok["model_category"].notna(), None).astype(str)
-            if "model_category" in ok.columns else "None"),
+        **{c: (ok[c].astype(object).where(ok[c].notna(), None).astype(str)
+               if c in ok.columns else "None") for c in ("model_category", "precision")},
         "hardware": ok["hardware"].astype(str),
         "vendor": ok["hardware"].map(vendor_of).astype(str),
         "trainer_count": ok["trainer_count"].astype(np.int64),
@@ -288,40 +288,49 @@ class HistoryBuilder:
 
         For every family that ran on two types A and B in the window, ``r(B) - r(A)`` of its
         median residuals is one sample of how B compares with A beyond the physics estimate.
-        Their median and count per (model type, A, B), (model category, A, B) and (A, B).
+        Their median and count per (model type, A, B), per (model category and precision, A,
+        B) and per (precision, A, B); keys are :data:`~leap.features.transfer.TRANSFER_LEVELS`
+        texts.
         """
         sql = f"""
             WITH fh AS (
                 SELECT family_id, hardware, min(model_type) AS mt, min(model_category) AS cat,
-                       median(r) AS r
+                       min(precision) AS prec, median(r) AS r, median(y - r) AS phys
                 FROM {source} WHERE submitted_at >= $start AND submitted_at < $as_of
                 GROUP BY family_id, hardware),
             p AS (
-                SELECT a.mt, a.cat, a.hardware AS hw_a, b.hardware AS hw_b, b.r - a.r AS d
+                SELECT a.mt, a.cat, a.prec, a.hardware AS hw_a, b.hardware AS hw_b,
+                       b.r - a.r AS d, b.phys - a.phys AS dp
                 FROM fh a JOIN fh b ON a.family_id = b.family_id AND a.hardware <> b.hardware)
-            SELECT 'mt' AS level, mt AS key, hw_a, hw_b, median(d) AS d_med,
-                   count(*)::DOUBLE AS n FROM p GROUP BY mt, hw_a, hw_b
+            SELECT 'mt' AS level, mt AS k1, -1 AS k2, hw_a, hw_b, median(d) AS d_med,
+                   count(*)::DOUBLE AS n, sum(d * dp) AS sxy, sum(dp * dp) AS sxx
+            FROM p GROUP BY mt, hw_a, hw_b
             UNION ALL
-            SELECT 'cat', cat, hw_a, hw_b, median(d), count(*)::DOUBLE FROM p
-            GROUP BY cat, hw_a, hw_b
+            SELECT 'cat', cat, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, sum(d * dp),
+                   sum(dp * dp) FROM p GROUP BY cat, prec, hw_a, hw_b
             UNION ALL
-            SELECT 'all', -1, hw_a, hw_b, median(d), count(*)::DOUBLE FROM p GROUP BY hw_a, hw_b
-            ORDER BY 1, 2, 3, 4"""
+            SELECT 'all', -1, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, sum(d * dp),
+                   sum(dp * dp) FROM p GROUP BY prec, hw_a, hw_b
+            ORDER BY 1, 2, 3, 4, 5"""
         t = self._con.execute(sql, {"start": start, "as_of": as_of}).df()
-        key = t["key"].to_numpy()
         level = t["level"].to_numpy(dtype=object)
-        mt_labels, cat_labels = self._labels["model_type"], self._labels["model_category"]
-        keys = np.full(len(t), "", dtype=object)
-        is_mt, is_cat = level == "mt", level == "cat"
-        keys[is_mt] = mt_labels[key[is_mt].astype(np.int64)] if is_mt.any() else keys[is_mt]
-        keys[is_cat] = cat_labels[key[is_cat].astype(np.int64)] if is_cat.any() else keys[is_cat]
+        k1, k2 = t["k1"].to_numpy(dtype=np.int64), t["k2"].to_numpy(dtype=np.int64)
+        mt, cat, prec = (self._labels[c] for c in ("model_type", "model_category", "precision"))
+        keys = np.array([mt[a] if lv == "mt" else f"{cat[a]}/{prec[b]}" if lv == "cat"
+                         else prec[b] for lv, a, b in zip(level, k1, k2, strict=True)],
+                        dtype=object)
         hw = self._labels["hardware"]
         return pd.DataFrame({
             "level": level, "key": keys,
             "hw_a": hw[t["hw_a"].to_numpy(dtype=np.int64)] if len(t) else np.array([], object),
             "hw_b": hw[t["hw_b"].to_numpy(dtype=np.int64)] if len(t) else np.array([], object),
             "d_med": t["d_med"].to_numpy(dtype=np.float64),
-            "n": t["n"].to_numpy(dtype=np.float64)})
+            "n": t["n"].to_numpy(dtype=np.float64),
+            # Sums over the pairs of d = r(B) - r(A) times, and of the square of, the
+            # difference of their physics estimates: the slope of how much of the physics
+            # gain between two types a job actually gets (see TransferIndex).
+            "sxy": np.nan_to_num(t["sxy"].to_numpy(dtype=np.float64)),
+            "sxx": np.nan_to_num(t["sxx"].to_numpy(dtype=np.float64))})
 
     def _level(self, level: Level, start: datetime, as_of: datetime,
                source: str = "hist") -> pd.DataFrame:

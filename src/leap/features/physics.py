@@ -36,9 +36,15 @@ def peak_flops(precision: np.ndarray, specs: dict[str, np.ndarray]) -> np.ndarra
         if len(precision) <= SMALL else (pd.Series(precision, dtype=object)
                                          .map(_PRECISION_PEAK).fillna("bf16")
                                          .to_numpy(dtype=object))
-    # TF32 tensor cores run at about half the 16-bit rate where they exist; never below fp32.
-    tf32 = np.maximum(bf16 / 2.0, fp32)
-    return np.where(kind == "fp32", fp32, np.where(kind == "tf32", tf32, bf16))
+    # TF32 tensor cores run at about half the 16-bit rate where they exist (NVIDIA Ampere on,
+    # the same generations that brought bf16); never below fp32. bf16 on a type without bf16
+    # tensor cores (V100, T4) runs at the fp32 rate.
+    old = specs["bf16_native"] == 0.0
+    tf32 = np.where(old, fp32, np.maximum(bf16 / 2.0, fp32))
+    is_bf16 = np.array([p == "bf16" for p in precision], dtype=bool) \
+        if len(precision) <= SMALL else (pd.Series(precision, dtype=object) == "bf16").to_numpy()
+    half = np.where(is_bf16 & old, fp32, bf16)
+    return np.where(kind == "fp32", fp32, np.where(kind == "tf32", tf32, half))
 
 
 def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:

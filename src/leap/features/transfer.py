@@ -3,7 +3,7 @@
 A family that ran on types A1..Ak has a median residual ``r`` (log samples/s over the physics
 estimate) on each. How a type B compares with A beyond physics is learned from the other
 families that ran on both: the median of ``r(B) - r(A)`` per model type, per model category
-and over the whole fleet (the snapshot's ``transfer`` table). The most specific difference is
+and precision, and per precision over the whole fleet (the snapshot's ``transfer`` table). The most specific difference is
 shrunk toward the broader one by its count, so a pair seen by one family of the model type
 moves the fleet-wide estimate only a little. Each observed type gives one estimate of
 ``r(B)``; they are averaged with weights that grow with the evidence behind each difference.
@@ -26,8 +26,19 @@ from leap.features.columns import SMALL
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0
+#: Sum of squared physics gains (log units) at which a level's gain slope and its broader
+#: one's weigh alike.
+SHRINK_GAIN = 2.0
+#: Levels of the snapshot's ``transfer`` table, most specific last, with the key columns
+#: each is looked up by (joined with "/").
+TRANSFER_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("all", ("precision",)), ("cat", ("model_category", "precision")), ("mt", ("model_type",)))
 #: Names of the arrays :meth:`TransferIndex.features` returns, in feature order.
-TRANSFER_FEATURES = ("xfer_r", "xfer_n_types", "xfer_pair_n", "xfer_sd", "xfer_dist")
+TRANSFER_FEATURES = ("xfer_r", "xfer_n_types", "xfer_pair_n", "xfer_sd", "xfer_dist",
+                     "xfer_gamma", "xfer_d_r", "xfer_g_r")
+#: Model-type families-worth of pair evidence at which the pair differences and the gain share
+#: weigh alike in ``xfer_r``.
+BLEND_FAMILIES = 5.0
 
 
 class TransferIndex:
@@ -45,26 +56,40 @@ class TransferIndex:
         self.families = fams
         self._fam_small: dict[str, int] | None = None
         self.level = np.full((len(fams), n_hw), np.nan)
+        self.level_y = np.full((len(fams), n_hw), np.nan)
         if len(fam_hw):
             fi = fams.get_indexer(fam_hw["family_id"].astype(str))
             hi = np.array([self.hw_pos[h] for h in fam_hw["hardware"].astype(str)])
             self.level[fi, hi] = fam_hw["fam_hw_med_r"].to_numpy(dtype=np.float64)
+            self.level_y[fi, hi] = fam_hw["fam_hw_med_y"].to_numpy(dtype=np.float64)
+        # Gain slope per level key: of the physics estimate's gain from one type to another,
+        # the share a job gets (1: all of it; 0: none, e.g. bound by its input pipeline).
+        # The slope of d = r(B) - r(A) on the physics gain is that share minus 1.
+        self.gains: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
         self.tables: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
-        for level in ("mt", "cat", "all"):
+        for level, _ in TRANSFER_LEVELS:
             t = transfer[transfer["level"] == level]
-            keys = sorted(set(t["key"].astype(str))) if level != "all" else [""]
+            keys = sorted(set(t["key"].astype(str)))
             pos = {k: i for i, k in enumerate(keys)}
             # At least one slot, all zero counts, so an empty level indexes like a sparse one.
             d = np.zeros((max(len(keys), 1), n_hw, n_hw))
             n = np.zeros((max(len(keys), 1), n_hw, n_hw))
             if len(t):
-                ki = np.array([pos[k] for k in t["key"].astype(str)]) if level != "all" \
-                    else np.zeros(len(t), dtype=np.int64)
+                ki = np.array([pos[k] for k in t["key"].astype(str)])
                 ai = np.array([self.hw_pos[h] for h in t["hw_a"].astype(str)])
                 bi = np.array([self.hw_pos[h] for h in t["hw_b"].astype(str)])
                 d[ki, ai, bi] = t["d_med"].to_numpy(dtype=np.float64)
                 n[ki, ai, bi] = t["n"].to_numpy(dtype=np.float64)
             self.tables[level] = (pos, d, n)
+            sums = t.groupby(t["key"].astype(str))[["sxy", "sxx"]].sum()
+            sxx = np.zeros(max(len(keys), 1))
+            slope = np.ones(max(len(keys), 1))
+            if len(sums):
+                ki = np.array([pos[k] for k in sums.index])
+                sxx[ki] = sums["sxx"].to_numpy(dtype=np.float64)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    slope[ki] = np.where(sxx[ki] > 0, 1.0 + sums["sxy"].to_numpy() / sxx[ki], 1.0)
+            self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
         self._specs: tuple[int, np.ndarray] | None = None
 
     def warm(self) -> None:
@@ -89,14 +114,22 @@ class TransferIndex:
         return self._specs[1]
 
     def features(self, keys: Mapping[str, np.ndarray], hardware: np.ndarray,
-                 catalog: Catalog) -> dict[str, np.ndarray]:
+                 catalog: Catalog, log_phys: np.ndarray) -> dict[str, np.ndarray]:
         """Transfer features of each row (family, model type, category, target type).
 
-        ``xfer_r``: the transferred residual estimate of the row's type (NaN without family
-        history on another type); ``xfer_n_types``: types the family ran on besides this
+        ``keys`` holds text arrays of ``family_id`` and of every :data:`TRANSFER_LEVELS` key
+        column. ``xfer_d_r``: the family's residual on its types carried to the row's type by
+        the pair differences (NaN without family history on another type); ``xfer_n_types``: types the family ran on besides this
         one; ``xfer_pair_n``: families behind the model-type differences used;
         ``xfer_sd``: spread of the per-type estimates; ``xfer_dist``: spec distance to the
-        nearest type the family ran on.
+        nearest type the family ran on; ``xfer_gamma``: the share of the physics estimate's
+        gain between types that jobs like this one get (model type, then category and
+        precision, then precision, shrunk toward 1); ``xfer_g_r``: the family's throughput on
+        its types carried to this one by that share of the physics gain (as a residual over
+        ``log_phys``, the row's physics estimate); ``xfer_r``: the two blended, the pair
+        differences weighing ``n / (n + BLEND_FAMILIES)`` with ``n = xfer_pair_n`` (on a
+        measured sample of the default fleet the blend beat either alone on every evidence
+        level but the richest).
         """
         n = len(hardware)
         out = {name: np.full(n, np.nan) for name in TRANSFER_FEATURES}
@@ -115,12 +148,15 @@ class TransferIndex:
         seen = np.isfinite(level)
         d_prev = np.zeros(level.shape)             # no evidence: the physics ratio alone
         n_mt = n_all = np.zeros(level.shape)
-        for name, key in (("all", None), ("cat", "model_category"), ("mt", "model_type")):
+        gamma = np.ones(len(rows))
+        for name, cols in TRANSFER_LEVELS:
             pos, d, cnt = self.tables[name]
-            if key is None:
-                k = np.zeros(len(rows), dtype=np.int64)
-            else:
-                k = np.array([pos.get(v, -1) for v in keys[key][rows]], dtype=np.int64)
+            texts = keys[cols[0]][rows] if len(cols) == 1 else \
+                ["/".join(parts) for parts in zip(*(keys[c][rows] for c in cols), strict=True)]
+            k = np.array([pos.get(v, -1) for v in texts], dtype=np.int64)
+            _, slope, sxx = self.gains[name]
+            g_sxx = np.where(k >= 0, sxx[np.maximum(k, 0)], 0.0)
+            gamma = (g_sxx * slope[np.maximum(k, 0)] + SHRINK_GAIN * gamma) / (g_sxx + SHRINK_GAIN)
             ok = k >= 0
             kk = np.where(ok, k, 0)
             dd = d[kk, :, b] * ok[:, None]          # (m, H): difference from each A to b
@@ -144,9 +180,20 @@ class TransferIndex:
                           if h in catalog else [np.nan, np.nan] for h in uniq])
         t = tspec[[uniq[h] for h in hardware[rows]]]   # (m, 2): the target's specs
         dist = np.abs(specs[None, :, 0] - t[:, None, 0]) + np.abs(specs[None, :, 1] - t[:, None, 1])
-        out["xfer_r"][rows] = mean
+        # The same observed types, carried by the gain share instead of the pair differences.
+        phys_b = np.nan_to_num(log_phys[rows])
+        level_y = self.level_y[f]
+        est_g = level_y + gamma[:, None] * (phys_b[:, None] - (level_y - self.level[f]))
+        est_g = np.where(seen, est_g, 0.0)
+        g_r = np.where(has, (w * est_g).sum(axis=1) / np.where(has, wsum, 1.0), np.nan) - phys_b
+        pair_n = np.where(seen, n_mt, 0.0).sum(axis=1)
+        lam = pair_n / (pair_n + BLEND_FAMILIES)
+        out["xfer_g_r"][rows] = g_r
+        out["xfer_gamma"][rows] = gamma
+        out["xfer_d_r"][rows] = mean
+        out["xfer_r"][rows] = lam * mean + (1 - lam) * g_r
         out["xfer_n_types"][rows] = seen.sum(axis=1)
-        out["xfer_pair_n"][rows] = np.where(seen, n_mt, 0.0).sum(axis=1)
+        out["xfer_pair_n"][rows] = pair_n
         out["xfer_sd"][rows] = np.sqrt(var)
         out["xfer_dist"][rows] = np.where(has, np.where(seen, dist, np.inf).min(axis=1), np.nan)
         return out
