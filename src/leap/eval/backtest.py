@@ -36,7 +36,7 @@ from leap.catalog import Catalog
 from leap.errors import ConfigError, DataError, LeapError
 from leap.eval.baselines import gpu_hours, lookup_comparison
 from leap.eval.parallel import Parallel
-from leap.features.encode import FEATURE_VERSION
+from leap.features.encode import FEATURE_VERSION, NOVELTY_GROUPS
 from leap.model.train import (
     EncodeCache,
     TrainConfig,
@@ -454,6 +454,12 @@ SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
     "leap_accuracy_lookup_covered": ("lookup", "leap_accuracy_covered"),
     "held_out_attempts": ("held_out", "n"),
     "train_rows": ("train_rows",),
+    "interval_coverage": ("held_out", "interval_coverage"),
+    # Per novelty group: the held-out day's attempts as they came, and the same attempts with
+    # their own (family, type) history masked (what types a family never ran on look like).
+    **{f"{kind}_{what}_{group}": ("held_out", key, group, what)
+       for kind, key in (("novelty", "novelty"), ("masked", "masked_pairs"))
+       for group in NOVELTY_GROUPS for what in ("accuracy", "interval_coverage")},
     "night_s": ("timings_s", "night_s"),
     "fit_s": ("timings_s", "fit_s"),
 }

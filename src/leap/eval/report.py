@@ -31,6 +31,7 @@ import numpy as np
 
 from leap import __version__
 from leap.errors import ConfigError
+from leap.features.encode import NOVELTY_GROUPS
 
 PLOTS: dict[str, str] = {
     "backtest": "accuracy_per_night.png",
@@ -39,7 +40,8 @@ PLOTS: dict[str, str] = {
     "ranking": "ranking_regret.png",
     "impact": "impact_cost.png",
 }
-_METHOD_LABELS = {"leap": "LEAP", "leap_no_premium_filter": "LEAP, no premium filter",
+_METHOD_LABELS = {"leap": "LEAP (risk-averse, default)", "leap_risk_neutral": "LEAP, risk-neutral",
+                  "leap_no_premium_filter": "LEAP, no premium filter",
                   "cheapest": "cheapest type", "fastest_peak": "fastest peak FLOP/s",
                   "most_used": "family's most-used type", "random": "random (expected)"}
 _ARM_LABELS = {"baseline": "no advice", "leap": "LEAP advice", "oracle": "oracle advice"}
@@ -125,6 +127,19 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
             for n in bt["nights"])
         tables.append(Table("nights", "nights", ("day", "attempts", "±20%", "±20% GPU-h", "MdAPE",
                                        "ceiling", "seen fam.", "unseen fam."), nights))
+        groups = []
+        for g in NOVELTY_GROUPS:
+            cells = [s.get(f"{kind}_{what}_{g}") for kind in ("novelty", "masked")
+                     for what in ("accuracy", "interval_coverage")]
+            if any(cells):
+                groups.append((g.replace("_", " "), *(pct(c["median"]) if c else "—"
+                                                      for c in cells)))
+        if groups:
+            tables.append(Table(
+                "backtest_novelty", "backtest by novelty group (median over nights): as "
+                "attempts came, and the same attempts with their own (family, type) history "
+                "masked", ("group", "±20%", "80% interval covers", "±20%, masked",
+                           "covers, masked"), tuple(groups)))
     lk = report.get("lookup")
     if lk:
         tables.append(Table(
@@ -150,6 +165,24 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
                             f"{pct(rk['leap_coverage'])}",
                             ("method", "top-1 agreement", "mean regret", "median regret",
                              "mean regret (GPU-h)", "NDCG"), ranked))
+        pvt = rk.get("prediction_vs_truth", {})
+        order = ["with_hardware_history", *NOVELTY_GROUPS[:2], "without_hardware_history",
+                 *NOVELTY_GROUPS[2:]]
+        by_group = tuple((k.replace("_", " "), f"{int(pvt[k]['n']):,}",
+                          pct(pvt[k]["accuracy"]), pct(pvt[k]["median_ape"]),
+                          pct(pvt[k].get("interval_coverage"))) for k in order if k in pvt)
+        if by_group:
+            tables.append(Table("ranking_novelty", "LEAP's predicted samples/s of the ranked "
+                                "(job, type) entries against the true median, by novelty",
+                                ("entries", "n", "±20%", "MdAPE", "80% interval covers"),
+                                by_group))
+        picks = rk.get("pick_overprediction", {})
+        if picks:
+            tables.append(Table(
+                "ranking_picks", "predicted / true value of each list's first type",
+                ("method", "median", "90th percentile", "share above 1.5x"),
+                tuple((_METHOD_LABELS.get(m, m), f"{p['median']:.2f}", f"{p['p90']:.2f}",
+                       pct(p["share_above_1_5"])) for m, p in picks.items())))
     im = report.get("impact")
     if im:
         rows = []

@@ -1,13 +1,20 @@
 """Transfer of a family's measured level to types it never ran on.
 
 A family that ran on types A1..Ak has a median residual ``r`` (log samples/s over the physics
-estimate) on each. How a type B compares with A beyond physics is learned from the other
-families that ran on both: the median of ``r(B) - r(A)`` per model type, per model category
-and precision, and per precision over the whole fleet (the snapshot's ``transfer`` table). The most specific difference is
-shrunk toward the broader one by its count, so a pair seen by one family of the model type
-moves the fleet-wide estimate only a little. Each observed type gives one estimate of
-``r(B)``; they are averaged with weights that grow with the evidence behind each difference.
+estimate) and a median log throughput on each. Two estimates carry that to a type B, both
+learned from the other families of the fleet (the snapshot's ``transfer`` table):
 
+* **pair differences**: how B compares with A beyond physics, the median of ``r(B) - r(A)``
+  over families that ran on both, per model type, per model category and precision, and per
+  precision over the whole fleet; the most specific is shrunk toward the broader one by its
+  count, so a pair seen by one family of the model type moves the estimate only a little;
+* **gain share**: the share ``gamma`` of the physics estimate's gain from A to B that jobs
+  like this one actually get (the slope of ``r(B) - r(A)`` on that gain is ``gamma - 1``),
+  per the same levels, shrunk toward 1. A job bound by its input pipeline gets none of a
+  faster device's gain (gamma near 0); a compute-bound one gets all of it.
+
+Each observed type gives one estimate of each kind; they are averaged with weights that grow
+with the evidence behind them, and the two are blended by the pair evidence (``xfer_r``).
 The family's own level on B is never used for B (the target column is left out), so the
 estimate means the same on a type the family ran on and on one it never did; training rows
 whose own history was masked (:meth:`leap.features.history.HistoryBuilder.snapshot` with
@@ -118,18 +125,18 @@ class TransferIndex:
         """Transfer features of each row (family, model type, category, target type).
 
         ``keys`` holds text arrays of ``family_id`` and of every :data:`TRANSFER_LEVELS` key
-        column. ``xfer_d_r``: the family's residual on its types carried to the row's type by
-        the pair differences (NaN without family history on another type); ``xfer_n_types``: types the family ran on besides this
-        one; ``xfer_pair_n``: families behind the model-type differences used;
-        ``xfer_sd``: spread of the per-type estimates; ``xfer_dist``: spec distance to the
-        nearest type the family ran on; ``xfer_gamma``: the share of the physics estimate's
-        gain between types that jobs like this one get (model type, then category and
-        precision, then precision, shrunk toward 1); ``xfer_g_r``: the family's throughput on
-        its types carried to this one by that share of the physics gain (as a residual over
-        ``log_phys``, the row's physics estimate); ``xfer_r``: the two blended, the pair
-        differences weighing ``n / (n + BLEND_FAMILIES)`` with ``n = xfer_pair_n`` (on a
-        measured sample of the default fleet the blend beat either alone on every evidence
-        level but the richest).
+        column; ``log_phys`` is each row's physics estimate. Per row:
+
+        - ``xfer_d_r``: the family's residual on its types carried to this one by the pair
+          differences (NaN without family history on another type);
+        - ``xfer_gamma``: the gain share of jobs like this one; ``xfer_g_r``: the family's
+          log throughput on its types plus that share of the physics gain, as a residual;
+        - ``xfer_r``: the two blended, the pair differences weighing ``n / (n +
+          BLEND_FAMILIES)`` with ``n = xfer_pair_n`` (on a sample of the default fleet the
+          blend beat either alone);
+        - ``xfer_n_types``: types the family ran on besides this one; ``xfer_pair_n``:
+          families behind the model-type differences used; ``xfer_sd``: spread of the
+          per-type estimates; ``xfer_dist``: spec distance to the nearest type it ran on.
         """
         n = len(hardware)
         out = {name: np.full(n, np.nan) for name in TRANSFER_FEATURES}
