@@ -264,8 +264,9 @@ def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> 
     assert listing["latest"] == out["version"] and len(listing["versions"]) == 2
 
     jobs = tmp_path / "jobs.csv"
-    pd.DataFrame({"family_id": ["x"], "model_type": ["vision-001"], "trainer_count": [1],
-                  "batch_size": [32], "precision": ["bf16"]}).to_csv(jobs, index=False)
+    pd.DataFrame({"attempt_id": ["a-17"], "my_key": [42], "family_id": ["x"],
+                  "model_type": ["vision-001"], "trainer_count": [1], "batch_size": [32],
+                  "precision": ["bf16"]}).to_csv(jobs, index=False)
     out_csv = tmp_path / "pred.csv"
     res = runner.invoke(app, [*home, "predict", str(jobs), "--candidates", "H100-SXM,T4",
                               "--out", str(out_csv)])
@@ -273,6 +274,11 @@ def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> 
     pred = pd.read_csv(out_csv)
     assert list(pred["hardware"]) == ["H100-SXM", "T4"]
     assert (pred["predicted_throughput"] > 0).all()
+    # Columns that are not job features come back, so predictions join to the input.
+    assert list(pred["attempt_id"]) == ["a-17", "a-17"] and list(pred["my_key"]) == [42, 42]
+    assert (pred["throughput_p10"] <= pred["predicted_throughput"]).all()
+    assert (pred["predicted_throughput"] <= pred["throughput_p90"]).all()
+    assert set(pred["novelty"]) == {"new_family"}
 
     res = runner.invoke(app, [*home, "predict", str(jobs), "--candidates", "H10O"])
     assert res.exit_code == 1 and "unknown hardware 'H10O'; did you mean" in res.output

@@ -99,8 +99,13 @@ def test_ranking_is_sorted_by_value_with_consistent_numbers(ranker: Ranker,
         r = ranker.rank(job)
         assert r.ok and r.reason is None and r.ranking
         assert r.model_version == Registry(ranker.watcher.registry.root).latest_version()  # type: ignore[union-attr]
+        # The default (risk-neutral) order is by value; the averse one by value at the
+        # interval's low end.
+        assert r.risk == "neutral"
         values = [e.value for e in r.ranking]
         assert values == sorted(values, reverse=True)
+        low = [e.value_p10 for e in ranker.rank(job, risk="averse").ranking]
+        assert low == sorted(low, reverse=True)
         devices = job["trainer_count"] * (job.get("devices_per_trainer") or 1)
         for e in r.ranking:
             assert e.devices == devices
@@ -110,6 +115,28 @@ def test_ranking_is_sorted_by_value_with_consistent_numbers(ranker: Ranker,
         listed = {e.hardware for e in r.ranking} | {e.hardware for e in r.excluded}
         assert listed == set(cat), "every candidate is ranked or excluded with a reason"
         assert all(e.reason in EXCLUSION_REASONS and e.detail for e in r.excluded)
+
+
+def test_every_entry_has_an_interval_and_a_novelty_group(ranker: Ranker,
+                                                        jobs: list[dict[str, Any]]) -> None:
+    from leap.features.encode import NOVELTY_GROUPS
+    from leap.rank.ranker import UNCERTAIN_RATIO
+
+    seen = set()
+    for job in jobs[:20]:
+        for e in ranker.rank(job).ranking:
+            assert e.throughput_p10 is not None and e.throughput_p90 is not None
+            assert e.throughput_p10 <= e.predicted_throughput <= e.throughput_p90
+            assert e.novelty in NOVELTY_GROUPS
+            assert ("uncertain" in e.flags) == (e.throughput_p90 > UNCERTAIN_RATIO
+                                                * e.throughput_p10)
+            assert ("missing_hardware_history" in e.flags) == (
+                e.novelty not in ("seen_config", "seen_pair_new_shape"))
+            seen.add(e.novelty)
+    assert {"seen_config", "new_family"} & seen and len(seen) >= 3
+    with pytest.raises(ConfigError, match="risk must be one of"):
+        ranker.rank(jobs[0], risk="reckless", strict=True)
+    assert ranker.rank(jobs[0], risk="reckless").reason.startswith("invalid_request")  # type: ignore[union-attr]
 
 
 def test_predictions_match_the_artifact(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:
@@ -503,9 +530,9 @@ def test_ranker_features_equal_the_dataframe_path(ranker: Ranker, data: st.DataO
     base = {k: v for k, v in values.items() if v is not None}
     frame = jobs_frame([{**base, "hardware": h} for h in names])
     assert np.array_equal(serving.encode(values, names),
-                          encode(frame, art.snapshot, art.catalog, serving.full_spec),
+                          encode(frame, art.snapshot, art.catalog, art.full_spec),
                           equal_nan=True)
-    assert np.array_equal(serving.predict_log(serving.encode(values, names)),
+    assert np.array_equal(art.predict_encoded(serving.encode(values, names))[0],
                           art.predict_log(frame), equal_nan=True)
 
 

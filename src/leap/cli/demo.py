@@ -150,8 +150,7 @@ def demo(
         console.print(f"[bold]{title}[/]: family {job['family_id']} ({job['model_type']}, "
                       f"{job['trainer_count']} x {job.get('devices_per_trainer') or 1} devices, "
                       f"batch {job['batch_size']}, {job.get('precision')})")
-        console.print(_ranking_table("preference list (best value at the interval's low end "
-                                     "first)", job, res, truth))
+        console.print(_ranking_table("preference list (best value first)", job, res, truth))
         console.print("  " + _pick_verdict(res, truth))
         premium = [e for e in res.excluded if e.reason == "premium_below_threshold"]
         others = [e for e in res.excluded if e.reason != "premium_below_threshold"]

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from leap.sim.fleet import Fleet
 
 #: Methods scored by :func:`ranking_study`, in report order.
-METHODS: tuple[str, ...] = ("leap", "leap_risk_neutral", "leap_no_premium_filter", "cheapest",
+METHODS: tuple[str, ...] = ("leap", "leap_risk_averse", "leap_no_premium_filter", "cheapest",
                             "fastest_peak", "most_used", "random")
 _TIE = 1e-9
 #: The oracle needs these job columns (the rest of the shape comes from the family).
@@ -371,12 +371,12 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
     values = true_values(fleet, picked, cands, costs)
 
     leap = leap_rankings(ranker, picked, cands, progress)
-    neutral = leap_rankings(ranker, picked, cands, risk="neutral")
+    averse = leap_rankings(ranker, picked, cands, risk="averse")
     plain = leap_rankings(unfiltered(ranker, costs), picked, cands)
     usage = family_usage(past)
     orders: dict[str, list[list[str]]] = {
         "leap": [[r.hardware for r in res.ranking] for res in leap],
-        "leap_risk_neutral": [[r.hardware for r in res.ranking] for res in neutral],
+        "leap_risk_averse": [[r.hardware for r in res.ranking] for res in averse],
         "leap_no_premium_filter": [[r.hardware for r in res.ranking] for res in plain],
         "cheapest": [cheapest_order(c, costs) for c in cands],
         "fastest_peak": [fastest_peak_order(c, costs) for c in cands],
@@ -401,7 +401,7 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
     return {
         "prediction_vs_truth": prediction_vs_truth(leap, truth),
         "pick_overprediction": {"leap": pick_overprediction(leap, truth),
-                                "leap_risk_neutral": pick_overprediction(neutral, truth)},
+                                "leap_risk_averse": pick_overprediction(averse, truth)},
         "n_jobs_day": len(jobs),
         "n_with_two_or_more_candidates": len(multi),
         "n_sampled": len(picked),

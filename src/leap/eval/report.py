@@ -40,7 +40,7 @@ PLOTS: dict[str, str] = {
     "ranking": "ranking_regret.png",
     "impact": "impact_cost.png",
 }
-_METHOD_LABELS = {"leap": "LEAP (risk-averse, default)", "leap_risk_neutral": "LEAP, risk-neutral",
+_METHOD_LABELS = {"leap": "LEAP (risk-neutral, default)", "leap_risk_averse": "LEAP, risk-averse",
                   "leap_no_premium_filter": "LEAP, no premium filter",
                   "cheapest": "cheapest type", "fastest_peak": "fastest peak FLOP/s",
                   "most_used": "family's most-used type", "random": "random (expected)"}

@@ -92,9 +92,9 @@ class RankRequest(BaseModel):
     max_cost_per_hour: float | None = Field(
         None, gt=0, le=1e12, allow_inf_nan=False,
         description="Budget: types whose cost per hour exceeds it are excluded.")
-    risk: Literal["averse", "neutral"] = Field(
-        "averse", description="averse: order by the lower bound of each type's 80% interval; "
-        "neutral: by the median prediction.")
+    risk: Literal["neutral", "averse"] = Field(
+        "neutral", description="neutral: order by the median prediction; averse: by the lower "
+        "bound of each type's 80% interval.")
 
 
 class RankedTypeOut(BaseModel):
@@ -107,8 +107,8 @@ class RankedTypeOut(BaseModel):
     cost_per_hour: float = Field(description="devices x cost_per_device_hour")
     value: float = Field(description="samples per unit cost (predicted_throughput x 3600 / "
                          "cost_per_hour)")
-    value_p10: float | None = Field(None, description="value at throughput_p10 (the averse "
-                                    "order's key)")
+    value_p10: float | None = Field(None, description="value at throughput_p10 (the key of "
+                                    "the averse order)")
     value_p90: float | None = Field(None, description="value at throughput_p90")
     novelty: str | None = Field(None, description="what history the family had on the type: "
                                 "seen_config, seen_pair_new_shape, unobserved_pair_1/2/3plus "
@@ -143,7 +143,7 @@ class RankResponse(BaseModel):
     reason: str | None = Field(None, description="null when ranked; else '<code>: <detail>' "
                                "(no_model, invalid_request, prediction_failed, client_*)")
     objective: str = "value"
-    risk: str = "averse"
+    risk: str = "neutral"
     latency_ms: float = 0.0
     ignored_fields: list[str] = Field(default_factory=list)
 
