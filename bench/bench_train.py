@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from leap import metrics
 from leap.catalog import Catalog
 from leap.data.store import Store
 from leap.features.columns import Columns
@@ -89,6 +90,13 @@ def without_history(ts: TrainingSet) -> TrainingSet:
     return replace(ts, X=ts.X[:, keep], eval_X=ts.eval_X[:, keep], spec=spec)
 
 
+def without_masked(ts: TrainingSet) -> TrainingSet:
+    """The training set as before transfer learning: no rows with masked pair history."""
+    keep = ~ts.masked
+    return replace(ts, X=ts.X[keep], y=ts.y[keep], day=ts.day[keep], group=ts.group[keep],
+                   masked=ts.masked[keep])
+
+
 def ablations(home: Path) -> dict[str, dict[str, float]]:
     catalog = Catalog.default()
     base_cfg = TrainConfig()
@@ -97,7 +105,8 @@ def ablations(home: Path) -> dict[str, dict[str, float]]:
     ts = build_training_set(attempts, catalog, AS_OF, base_cfg)
     seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
     variants = {
-        "cascade (K=13, median)": (ts, base_cfg),
+        "cascade + transfer model (default)": (ts, base_cfg),
+        "cascade alone, no masked rows": (without_masked(ts), base_cfg),
         "global model (median)": (ts, replace(base_cfg, model_kind="global")),
         "cascade, mean (L2) objective": (ts, replace(base_cfg, objective="l2")),
         "cascade, no history features": (without_history(ts), base_cfg),
@@ -109,13 +118,20 @@ def ablations(home: Path) -> dict[str, dict[str, float]]:
         fit_s = time.perf_counter() - t0
         pred = model.predict(t.eval_X, base=base_margin(t.eval_X, t.spec, t.fallback_log_tp))
         res = evaluate(pred, t.eval_jobs, seen)
+        masked = float("nan")
+        if "fam_hw_n" in t.spec.names and len(t.eval_masked_rows):
+            # The held-out day's attempts with their own pair history masked.
+            xm = ts.eval_masked_X[:, [list(ts.spec.names).index(n) for n in t.spec.names]]
+            pm = model.predict(xm, base=base_margin(xm, t.spec, t.fallback_log_tp))
+            masked = metrics.accuracy(np.exp(pm), ts.eval_jobs["throughput"].to_numpy()[
+                ts.eval_masked_rows])
         out[name] = {"accuracy": res["accuracy"], "accuracy_gpu_hours":
                      res["accuracy_gpu_hours"], "median_ape": res["median_ape"],
                      "unseen_families_accuracy": res["unseen_families"]["accuracy"],
-                     "fit_s": fit_s}
-        print(f"  {name:<32} acc {res['accuracy']:.3f}  GPU-h {res['accuracy_gpu_hours']:.3f}"
+                     "masked_pairs_accuracy": masked, "fit_s": fit_s}
+        print(f"  {name:<36} acc {res['accuracy']:.3f}  GPU-h {res['accuracy_gpu_hours']:.3f}"
               f"  MdAPE {res['median_ape']:.3f}  unseen {res['unseen_families']['accuracy']:.3f}"
-              f"  fit {fit_s:.0f}s", flush=True)
+              f"  masked pairs {masked:.3f}  fit {fit_s:.0f}s", flush=True)
     return out
 
 
@@ -142,6 +158,11 @@ def main() -> None:
     print(f"  seen families {held['seen_families']['accuracy']:.3f} "
           f"(n={held['seen_families']['n']:.0f}), unseen families "
           f"{held['unseen_families']['accuracy']:.3f} (n={held['unseen_families']['n']:.0f})")
+    for kind, key in (("as they came", "novelty"), ("own pair history masked", "masked_pairs")):
+        print(f"  by novelty, {kind}: " + ", ".join(
+            f"{g} {v['accuracy']:.3f} (n={v['n']:.0f}, 80% interval covers "
+            f"{v.get('interval_coverage', float('nan')):.2f})"
+            for g, v in held.get(key, {}).items()))
     latency = scoring_latency(home)
     print(f"scoring one job on {latency['candidates']} types: p50 {latency['p50_ms']:.2f} ms, "
           f"p99 {latency['p99_ms']:.2f} ms")

@@ -303,9 +303,12 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
         mhit = cache.masked.get((day_iso, mask_key)) if cache is not None else None
         if mhit is None or (len(mhit[1]) and mhit[1].max() >= len(rows)):
             t1 = time.perf_counter()
-            rng = np.random.default_rng([cfg.seed, d, int(window_start.timestamp())])
-            mhit = masked_rows(rows, hit, builder, window_start + timedelta(days=d), catalog,
-                               spec, rng, share=cfg.mask_share)
+            # Seeded by the day itself, so every window that holds this day (and a cache
+            # shared by consecutive nights) masks the same pairs.
+            day_start_ = window_start + timedelta(days=d)
+            rng = np.random.default_rng([cfg.seed, day_start_.toordinal()])
+            mhit = masked_rows(rows, hit, builder, day_start_, catalog, spec, rng,
+                               share=cfg.mask_share)
             snap_s += time.perf_counter() - t1
             if cache is not None:
                 cache.masked[(day_iso, mask_key)] = mhit
