@@ -311,8 +311,11 @@ class ModelWatcher:
     :meth:`current` is cheap: at most every ``check_interval_s`` it stats the ``LATEST``
     file; when that changed it loads the new version fully (in a background thread unless
     ``background=False``) and then swaps one reference, so requests in flight finish on the
-    model they started with. A version that fails to load is logged and counted, and the
-    previous model keeps serving.
+    model they started with. A new version is first proven loadable and sane in a child
+    process (:meth:`Registry.load` with its probe), so a malformed model cannot crash the
+    server. A version that fails is refused: logged, counted (``reload_failures``), named in
+    ``refused_version`` / ``refused_reason``, and the previous model keeps serving. With
+    ``pin`` the watcher serves that one version and never follows ``LATEST``.
 
     Examples
     --------
@@ -321,8 +324,10 @@ class ModelWatcher:
 
     def __init__(self, registry: Registry, *, check_interval_s: float = 1.0,
                  background: bool = True,
-                 prepare: Callable[[Artifact], Serving] = Serving.prepare) -> None:
+                 prepare: Callable[[Artifact], Serving] = Serving.prepare,
+                 pin: str | None = None) -> None:
         self.registry = registry
+        self.pin = pin
         self.check_interval_s = check_interval_s
         self.background = background
         self._prepare = prepare
@@ -335,6 +340,8 @@ class ModelWatcher:
         self.error: str | None = None
         self.reloads = 0
         self.reload_failures = 0
+        self.refused_version: str | None = None
+        self.refused_reason: str | None = None
 
     def _latest_stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -346,6 +353,8 @@ class ModelWatcher:
 
     def current(self) -> Serving | None:
         """The model to serve now (checks for a new one at most every interval)."""
+        if self.pin is not None and self._stamp is not None:
+            return self._serving  # a pinned version is loaded (or refused) once
         now = time.monotonic()
         if now - self._last_check >= self.check_interval_s:
             self._last_check = now
@@ -381,7 +390,11 @@ class ModelWatcher:
             return self._load_locked(stamp)
 
     def _load_locked(self, stamp: tuple[int, int, int] | None) -> bool:
-        version = self.registry.latest_version() if stamp is not None else None
+        if self.pin is not None:
+            version: str | None = self.pin
+            stamp = stamp or (0, 0, 0)
+        else:
+            version = self.registry.latest_version() if stamp is not None else None
         if version is None:
             self._stamp = stamp
             if self._serving is None:
@@ -392,17 +405,22 @@ class ModelWatcher:
             self._stamp = stamp
             return False
         try:
+            # Registry.load proves the version in a child process first (load + probe), so
+            # a model that would crash LightGBM is refused here instead of killing us.
             serving = self._prepare(self.registry.load(version))
         except Exception as exc:  # a corrupt artifact can raise anything
             # (LightGBM, Arrow, JSON ...); serving must go on with the old model or fail open.
             self.reload_failures += 1
-            self.error = f"model version {version} failed to load: {_describe(exc)}"
+            self.refused_version = version
+            self.refused_reason = _describe(exc)
+            self.error = f"model version {version} failed to load: {self.refused_reason}"
             log.error("%s", self.error, exc_info=not isinstance(exc, LeapError))
             self._stamp = stamp  # retried only when LATEST changes again
             return False
         self._serving = serving
         self._stamp = stamp
         self.error = None
+        self.refused_version = self.refused_reason = None
         self.reloads += 1
         log.info("serving model %s", version)
         return True
@@ -432,6 +450,8 @@ class _Static:
         self.error: str | None = None
         self.reloads = 1
         self.reload_failures = 0
+        self.refused_version: str | None = None
+        self.refused_reason: str | None = None
 
     def current(self) -> Serving | None:
         return self._serving
@@ -473,6 +493,9 @@ class Ranker:
         How often (at most) to look for a newly published model.
     background_reload : bool
         Load a new model in a background thread (requests keep the old one meanwhile).
+    version : str, optional
+        Serve this published version of the Registry (a name, never a path) instead of
+        following ``LATEST``. One that fails verification fails open (``no_model``).
 
     Examples
     --------
@@ -486,15 +509,20 @@ class Ranker:
                  min_utilization: Mapping[str, float] | None = None,
                  premium_min_speedup: float = DEFAULT_PREMIUM_MIN_SPEEDUP,
                  min_speedup: Mapping[str, float] | None = None, check_interval_s: float = 1.0,
-                 background_reload: bool = True) -> None:
+                 background_reload: bool = True, version: str | None = None) -> None:
         if isinstance(source, Path | str):
             source = Registry(Path(source))
         self.watcher: ModelWatcher | _Static
         if isinstance(source, Artifact):
+            if version is not None:
+                raise ConfigError("version= selects a version of a Registry; an Artifact is "
+                                  "already one version")
             self.watcher = _Static(source)
         else:
+            if version is not None:
+                source.path(version)  # a name in the models folder, or a clear error
             self.watcher = ModelWatcher(source, check_interval_s=check_interval_s,
-                                        background=background_reload)
+                                        background=background_reload, pin=version)
             self.watcher.refresh()
         self._configure(costs, min_utilization, premium_min_speedup, min_speedup)
         self._counts_lock = threading.Lock()
@@ -576,7 +604,9 @@ class Ranker:
         s = self.watcher.current()
         info: dict[str, Any] = {"version": None, "reason": None, "reloads": self.watcher.reloads,
                                 "reload_failures": self.watcher.reload_failures,
-                                "reload_error": self.watcher.error}
+                                "reload_error": self.watcher.error,
+                                "refused_version": self.watcher.refused_version,
+                                "refused_reason": self.watcher.refused_reason}
         if s is None:
             info["reason"] = f"no_model: {self.watcher.error or 'no model loaded'}"
             return info
