@@ -260,7 +260,7 @@ def test_jobs_that_do_not_fit_are_left_out(ranker: Ranker, jobs: list[dict[str, 
     job = {**jobs[0], "family_id": "never-seen-family", "num_params": 1e13,
            "devices_per_trainer": 8}
     r = ranker.rank(job)
-    assert r.ok and r.ranking == []
+    assert r.ranking == [] and (r.reason or "").startswith("no_eligible_type: ")
     reasons = {e.hardware: e.reason for e in r.excluded}
     assert reasons["GH200"] == "does_not_fit_host"  # 1 device per host
     assert set(reasons.values()) <= {"does_not_fit_host", "does_not_fit_memory"}

@@ -92,7 +92,7 @@ def probe_jobs(snapshot: Snapshot, spec: FeatureSpec, catalog: Catalog) -> list[
     fam = snapshot.tables.get("fam_hw")
     families = sorted({str(f) for f in fam["family_id"].dropna().unique()}) \
         if fam is not None and "family_id" in fam.columns else []
-    picked = families[:: max(1, len(families) // 3)][:3] + ["__leap_probe_unseen__"]
+    picked = [*families[::max(1, len(families) // 3)][:3], "__leap_probe_unseen__"]
     types = list(spec.vocab.get("model_type", []))[:2] or ["__leap_probe_type__"]
     shapes: list[dict[str, Any]] = [
         {"trainer_count": 1, "batch_size": 32},

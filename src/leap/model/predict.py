@@ -11,6 +11,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from leap.data.jobs import check_jobs_frame
 from leap.errors import DataError
 from leap.features.encode import REQUEST_COLUMNS, jobs_frame
 from leap.model.artifact import Artifact
@@ -49,6 +50,7 @@ def expand_candidates(jobs: pd.DataFrame, candidates: list[str]) -> pd.DataFrame
 def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
                   candidates: list[str] | None = None) -> pd.DataFrame:
     """Predicted samples/s for every (job, hardware) row; unknown hardware is an error."""
+    check_jobs_frame(jobs)  # the one job validation: same types and ranges as every entry
     names = artifact.catalog.resolve(candidates)
     rows = expand_candidates(jobs, names)
     missing = [c for c in REQUEST_COLUMNS if c not in rows.columns]

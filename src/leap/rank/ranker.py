@@ -37,7 +37,9 @@ memory: history overrules the conservative estimate) and ``over_budget`` (``cost
 above ``max_cost_per_hour``). Flags: ``missing_family_history``, ``missing_hardware_history``
 (the family never ran on the type in the history window), ``memory_fit_unknown`` (no
 ``num_params``), ``utilization_above_peak`` (MFU > 1: check ``flops_per_sample``),
-``premium_kept_mfu``, ``premium_kept_speedup``.
+``premium_kept_mfu``, ``premium_kept_speedup``. When every candidate is left out the
+ranking is empty and ``reason`` is ``"no_eligible_type: ..."`` (an empty answer always says
+why; this one is not a failure and is not counted as fail-open).
 
 Objectives: ``value`` (default) sorts by value; ``throughput`` sorts by predicted throughput
 (fastest within an optional ``max_cost_per_hour`` budget). Ties break by name, so the order
@@ -46,7 +48,8 @@ never depends on the order of the candidates.
 Fail-open: any failure inside prediction (no model, a corrupt artifact, a bug, a non-finite
 prediction) gives ``RankResult(ranking=[], reason="<code>: <detail>")`` and is counted in
 :attr:`Ranker.fail_open_counts`; it never raises into the caller. Only with ``strict=True``
-does a bad *request* (a job field of the wrong type, an unknown hardware name) raise
+does a bad *request* (a job field of the wrong type or range, checked by the one validation
+of :mod:`leap.data.jobs`; an unknown hardware name) raise
 :class:`~leap.errors.DataError` / :class:`~leap.errors.CatalogError`: the HTTP layer turns
 those into 422. Reason codes: ``no_model``, ``invalid_request``, ``prediction_failed``.
 
@@ -71,7 +74,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog, Hardware
-from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS, PRECISIONS
+from leap.data.jobs import REQUIRED_JOB, check_job, check_jobs_frame
 from leap.errors import (
     ArtifactError,
     CatalogError,
@@ -96,14 +99,10 @@ EXCLUSION_REASONS: tuple[str, ...] = ("unknown_hardware", "invalid_cost", "does_
                                       "over_budget")
 DEFAULT_PREMIUM_MIN_SPEEDUP = 1.25
 
-_INT_FIELDS = frozenset(c for c in JOB_COLUMNS if str(ALL_COLUMNS[c]) == "int64")
-_STR_FIELDS = frozenset(c for c in JOB_COLUMNS if str(ALL_COLUMNS[c]) == "string")
-_REQUIRED_JOB = ("family_id", "model_type", "trainer_count", "batch_size")
+_REQUIRED_JOB = REQUIRED_JOB
 # Feature columns the ranker reads for its fit filter and history flags.
 _COL_MEM_FIT, _COL_FAM_N, _COL_FAM_HW_N = (FEATURE_NAMES.index(c)
                                            for c in ("mem_fit", "fam_n", "fam_hw_n"))
-# Identity fields of an attempt that a caller may send along with the job; never features.
-_IDENTITY = frozenset({"attempt_id", "submitted_at", "hardware"})
 
 
 # Results ----------------------------------------------------------------------------------
@@ -185,9 +184,9 @@ class PredictResult:
 def normalize_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Check a job's launch-time fields and return them typed, with the ignored field names.
 
-    Every :data:`~leap.data.schema.JOB_COLUMNS` key is in the result (``None`` when absent).
-    Outcome and unknown fields are ignored and returned in the second element, so a caller
-    can see a misspelt optional field.
+    The one validation every entry point uses (:func:`leap.data.jobs.check_job`): every
+    :data:`~leap.data.schema.JOB_COLUMNS` key is in the result (``None`` when absent); outcome
+    and unknown fields are ignored and returned in the second element.
 
     Raises
     ------
@@ -202,39 +201,7 @@ def normalize_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     >>> values["trainer_count"], ignored
     (2, ['status'])
     """
-    if not isinstance(job, Mapping):
-        raise DataError(f"job must be an object of launch-time fields, got {type(job).__name__}")
-    out: dict[str, Any] = dict.fromkeys(JOB_COLUMNS)
-    ignored = sorted(str(k) for k in job if k not in out and k not in _IDENTITY)
-    for name in _REQUIRED_JOB:
-        if job.get(name) is None:
-            raise DataError(f"job field '{name}' is required (the launch-time fields are "
-                            f"{', '.join(_REQUIRED_JOB)} plus optional architecture fields)")
-    for name in JOB_COLUMNS:
-        v = job.get(name)
-        if v is None:
-            continue
-        if name in _STR_FIELDS:
-            if not isinstance(v, str) or not v:
-                raise DataError(f"job field '{name}' must be a non-empty string, got {v!r}")
-            if name == "precision" and v not in PRECISIONS:
-                raise DataError(f"job field 'precision' must be one of {', '.join(PRECISIONS)}, "
-                                f"got {v!r}{did_you_mean(v, PRECISIONS)}")
-            out[name] = v
-        elif name in _INT_FIELDS:
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-                    or v != int(v):
-                raise DataError(f"job field '{name}' must be a whole number, got {v!r}")
-            if v < 1:
-                raise DataError(f"job field '{name}' must be >= 1, got {v!r}")
-            out[name] = int(v)
-        else:
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise DataError(f"job field '{name}' must be a finite number, got {v!r}")
-            if v < 0:
-                raise DataError(f"job field '{name}' must be >= 0, got {v!r}")
-            out[name] = float(v)
-    return out, ignored
+    return check_job(job)
 
 
 # The serving model and its hot reload -------------------------------------------------------
@@ -432,7 +399,7 @@ def _check_objective(objective: str, max_cost_per_hour: float | None) -> None:
                           f"{objective!r}")
     if max_cost_per_hour is not None and not (
             isinstance(max_cost_per_hour, int | float) and not isinstance(max_cost_per_hour, bool)
-            and math.isfinite(max_cost_per_hour) and max_cost_per_hour > 0):
+            and 0 < max_cost_per_hour < math.inf):
         raise ConfigError(f"max_cost_per_hour must be a positive number, got "
                           f"{max_cost_per_hour!r}")
 
@@ -672,11 +639,13 @@ class Ranker:
             values, ignored = normalize_job(job)
             names, unknown = self._candidates(serving, candidates, strict)
             _check_objective(objective, max_cost_per_hour)
-        except LeapError as exc:
+        except Exception as exc:  # a bad request fails open; only `strict` raises it
+            err = exc if isinstance(exc, LeapError) else DataError(
+                f"invalid request: {_describe(exc)}")
             if strict:
-                raise
-            return self._empty(t0, version, objective,
-                               self.record_fail_open("invalid_request", str(exc)))
+                raise err from None
+            return self._empty(t0, version, objective if isinstance(objective, str) else
+                               "value", self.record_fail_open("invalid_request", str(err)))
         if serving is None:
             return self._empty(t0, None, objective, self.record_fail_open(
                 "no_model", self.watcher.error or "no model loaded"))
@@ -689,8 +658,12 @@ class Ranker:
                                self.record_fail_open("prediction_failed", _describe(exc)))
         excluded = sorted(unknown + excluded,
                           key=lambda e: (EXCLUSION_REASONS.index(e.reason), e.hardware))
+        # An empty answer always says why: every candidate was left out (see `excluded`).
+        reason = None if ranking else (
+            f"no_eligible_type: all {len(excluded)} candidate(s) were left out ("
+            + ", ".join(sorted({e.reason for e in excluded})) + "); see excluded")
         return RankResult(ranking=ranking, excluded=excluded, model_version=version,
-                          reason=None, objective=objective,
+                          reason=reason, objective=objective,
                           latency_ms=(time.perf_counter() - t0) * 1e3, ignored_fields=ignored)
 
     def _empty(self, t0: float, version: str | None, objective: str, reason: str) -> RankResult:
@@ -891,7 +864,16 @@ class Ranker:
             return PredictResult(pd.DataFrame(), version, reason,
                                  (time.perf_counter() - t0) * 1e3)
         try:
-            frame = jobs if isinstance(jobs, pd.DataFrame) else jobs_frame(list(jobs))
+            if isinstance(jobs, pd.DataFrame):
+                frame = check_jobs_frame(jobs)
+            else:
+                records = list(jobs)
+                for i, rec in enumerate(records):
+                    try:
+                        check_job(rec)
+                    except DataError as exc:
+                        raise DataError(f"jobs row {i}: {exc}") from None
+                frame = jobs_frame(records)
             if serving is None:
                 if strict and candidates is not None:
                     self._candidates(None, candidates, strict=True)
@@ -907,10 +889,12 @@ class Ranker:
             missing = [c for c in _REQUIRED_JOB if c not in frame.columns]
             if missing:
                 raise DataError(f"jobs lack required field(s) {', '.join(missing)}")
-        except LeapError as exc:
+        except Exception as exc:  # a bad request fails open; only `strict` raises it
+            err = exc if isinstance(exc, LeapError) else DataError(
+                f"invalid request: {_describe(exc)}")
             if strict:
-                raise
-            return empty(self.record_fail_open("invalid_request", str(exc)))
+                raise err from None
+            return empty(self.record_fail_open("invalid_request", str(err)))
         try:
             out = predict_frame(serving.artifact, frame, names)
             bad = ~np.isfinite(out["predicted_throughput"].to_numpy(dtype=np.float64))
