@@ -118,7 +118,8 @@ def test_predict_endpoint(http: httpx.Client, ranker: Ranker,  # noqa: F811
 
 def test_health_and_model_info(http: httpx.Client, ranker: Ranker) -> None:  # noqa: F811
     health = http.get("/healthz").json()
-    assert health == {"status": "ok", "model_version": ranker.model_version, "reason": None}
+    assert health == {"status": "ok", "model_version": ranker.model_version, "reason": None,
+                      "refused_version": None, "refused_reason": None}
     info = ModelInfo.model_validate(http.get("/v1/model").json())
     assert info.version == ranker.model_version
     assert info.window_start and info.window_end and info.as_of

@@ -200,6 +200,11 @@ class Health(BaseModel):
                                               "answers fail open)")
     model_version: str | None = None
     reason: str | None = None
+    refused_version: str | None = Field(None, description="The last published version that "
+                                        "failed to load or verify and was refused (the "
+                                        "serving model kept serving); null once a good one "
+                                        "loads")
+    refused_reason: str | None = Field(None, description="Why refused_version was refused.")
 
 
 class ModelInfo(BaseModel):
@@ -222,6 +227,8 @@ class ModelInfo(BaseModel):
     reloads: int = 0
     reload_failures: int = 0
     reload_error: str | None = None
+    refused_version: str | None = None
+    refused_reason: str | None = None
 
 
 class FieldError(BaseModel):
