@@ -11,6 +11,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from leap.data.ingest import check_text_file, printable
 from leap.data.jobs import check_jobs_frame
 from leap.errors import DataError
 from leap.features.encode import REQUEST_COLUMNS, jobs_frame
@@ -20,6 +21,10 @@ from leap.model.artifact import Artifact
 def read_jobs(path: Path) -> pd.DataFrame:
     """Read job rows from CSV, Parquet or JSON Lines (by suffix) as typed job columns."""
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
+    if not path.is_file():
+        raise DataError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    if suffix in (".csv", ".csv.gz", ".jsonl", ".ndjson", ".json"):
+        check_text_file(path, "CSV" if suffix.startswith(".csv") else "JSON")
     try:
         if suffix in (".csv", ".csv.gz"):
             table = pacsv.read_csv(path)
@@ -31,7 +36,7 @@ def read_jobs(path: Path) -> pd.DataFrame:
             raise DataError(f"{path}: unknown job file format '{suffix}'; use .csv, .parquet "
                             "or .jsonl")
     except (OSError, pa.ArrowInvalid) as exc:
-        raise DataError(f"{path}: cannot read jobs: {exc}") from None
+        raise DataError(f"{path}: cannot read jobs: {printable(str(exc))}") from None
     return jobs_frame(table.to_pylist())
 
 

@@ -93,7 +93,8 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
     if name is None:
         return None
     try:
-        return ctypes.CDLL(name).malloc_trim  # type: ignore[no-any-return]
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+        return trim
     except (OSError, AttributeError):  # not glibc: nothing to trim
         return None
 

@@ -200,11 +200,11 @@ class Health(BaseModel):
                                               "answers fail open)")
     model_version: str | None = None
     reason: str | None = None
-    refused_version: str | None = Field(None, description="The last published version that "
+    refused_version: str | None = Field(default=None, description="The last published version that "
                                         "failed to load or verify and was refused (the "
                                         "serving model kept serving); null once a good one "
                                         "loads")
-    refused_reason: str | None = Field(None, description="Why refused_version was refused.")
+    refused_reason: str | None = Field(default=None, description="Why refused_version was refused.")
 
 
 class ModelInfo(BaseModel):
