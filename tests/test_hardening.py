@@ -437,6 +437,15 @@ def test_leap_predict_refuses_bad_counts(trained_workspace: Workspace, tmp_path:
     assert "Traceback" not in out.stderr
 
 
+def test_batch_files_refuse_booleans_for_numbers(tmp_path: Path) -> None:
+    from leap.model.predict import read_jobs
+
+    path = tmp_path / "jobs.csv"
+    path.write_text("family_id,model_type,trainer_count,batch_size\nf,m,true,64\n")
+    with pytest.raises(DataError, match="job field 'trainer_count' must be a number"):
+        read_jobs(path)
+
+
 # 6. No tracebacks ------------------------------------------------------------------------------
 def test_a_model_file_that_is_not_utf8_is_an_artifact_error(reg: Registry, tmp_path: Path,
                                                            jobs: list[dict[str, Any]],  # noqa: F811

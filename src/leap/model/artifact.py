@@ -310,7 +310,8 @@ class Registry:
         if not self.root.is_dir():
             return []
         return sorted(p.name for p in self.root.iterdir()
-                      if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).is_file())
+                      if p.is_dir() and not p.is_symlink() and VERSION_PATTERN.fullmatch(p.name)
+                      and (p / MANIFEST).is_file())
 
     def latest_version(self) -> str | None:
         p = self.root / LATEST

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from leap.data.ingest import check_text_file, printable
 from leap.data.jobs import check_jobs_frame
+from leap.data.schema import JOB_BOUNDS
 from leap.errors import DataError
 from leap.features.encode import REQUEST_COLUMNS, jobs_frame
 from leap.model.artifact import Artifact
@@ -37,6 +38,10 @@ def read_jobs(path: Path) -> pd.DataFrame:
                             "or .jsonl")
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"{path}: cannot read jobs: {printable(str(exc))}") from None
+    for name in table.column_names:
+        if name in JOB_BOUNDS and pa.types.is_boolean(table.schema.field(name).type):
+            raise DataError(f"{path}: job field '{name}' must be a number, got true/false "
+                            "values")
     return jobs_frame(table.to_pylist())
 
 
