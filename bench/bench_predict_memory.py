@@ -1,7 +1,8 @@
 """Measurement: does `leap serve` hand memory back after a burst of maximum-size batches?
 
 Starts the real server (``python -m leap serve``, one process) on 127.0.0.1, warms it up,
-reads its resident set size (RSS, /proc), sends ``--requests`` (default 20) maximum-size
+reads its resident set size (RSS, /proc: "cold"), sends one maximum-size call and reads it
+again ("before": what a first batch allocates once), sends ``--requests`` (default 20) maximum-size
 ``POST /v1/predict`` calls (``--jobs`` jobs x ``--candidates`` types = the server's row cap;
 two at a time, the default concurrency limit, retrying a 429 after its Retry-After), samples
 RSS every 20 ms meanwhile, waits ``--settle`` s and reads it again. The issue's bar: after
@@ -53,6 +54,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000, help="jobs per request (the schema's "
                     "maximum)")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds to wait before 'after'")
+    ap.add_argument("--concurrency", type=int, default=2, help="callers at once (the server "
+                    "takes 2 batch predictions at once by default)")
     args = ap.parse_args()
     home = bench_workspace(args.home, per_day=1500, days=12)
     jobs = recent_jobs(home, 2000)
@@ -78,6 +81,12 @@ def main() -> None:
             for job in jobs[:50]:
                 c.post("/v1/rank", json={"job": job})
                 c.post("/v1/predict", json={"jobs": [job], "candidates": CANDIDATES})
+        time.sleep(args.settle)
+        cold = rss_mb(proc.pid)
+        # One maximum-size call first: what it allocates once (thread arenas, buffers sized
+        # to a batch) is the level a burst must return to; growth beyond it is the leak.
+        with httpx.Client(base_url=base, timeout=300) as c:
+            assert c.post("/v1/predict", content=body, headers=headers).status_code == 200
         time.sleep(args.settle)
         before = rss_mb(proc.pid)
         peak = [before]
@@ -115,7 +124,7 @@ def main() -> None:
                         statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
 
         t0 = time.perf_counter()
-        callers = [threading.Thread(target=caller) for _ in range(2)]
+        callers = [threading.Thread(target=caller) for _ in range(args.concurrency)]
         for t in callers:
             t.start()
         for t in callers:
@@ -131,18 +140,20 @@ def main() -> None:
     out: dict[str, Any] = {
         "bench": "predict_memory", "at": datetime.now(UTC).isoformat(),
         "machine": platform.platform(), "command": " ".join(cmd[1:]),
-        "requests": args.requests, "jobs_per_request": args.jobs,
+        "requests": args.requests, "concurrency": args.concurrency,
+        "jobs_per_request": args.jobs,
         "rows_per_request": args.jobs * len(CANDIDATES), "body_bytes": len(body),
         "statuses": statuses, "retries_after_429": retries[0], "burst_s": burst_s,
         "latency_s_max": max(latencies), "latency_s_mean": sum(latencies) / len(latencies),
-        "rss_mb_before": before, "rss_mb_peak": peak[0], "rss_mb_after": after,
+        "rss_mb_cold": cold, "rss_mb_before": before, "rss_mb_peak": peak[0], "rss_mb_after": after,
         "after_over_before": after / before, "within_20_percent": after <= 1.2 * before,
     }
     print(f"{args.requests} x {args.jobs * len(CANDIDATES):,}-row /v1/predict "
           f"({len(body) / 1e6:.1f} MB bodies) in {burst_s:.1f} s, statuses {statuses}, "
           f"{retries[0]} retries after 429")
-    print(f"RSS before {before:.0f} MB, peak {peak[0]:.0f} MB, after {after:.0f} MB "
-          f"({after / before:.2f}x before)")
+    print(f"RSS cold {cold:.0f} MB, before (after one max-size call) {before:.0f} MB, peak "
+          f"{peak[0]:.0f} MB, after {after:.0f} MB ({after / before:.2f}x before, "
+          f"{after / cold:.2f}x cold)")
     write_result("bench_predict_memory", out)
 
 
