@@ -164,7 +164,12 @@ def models_list(ctx: typer.Context,
     latest = reg.latest_version()
     rows = []
     for v in reg.versions():
-        man = json.loads((reg.path(v) / MANIFEST).read_text())
+        try:
+            man = json.loads((reg.path(v) / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            man = {"model_kind": "unreadable manifest (corrupt)"}
+        if not isinstance(man, dict):
+            man = {"model_kind": "unreadable manifest (corrupt)"}
         held = man.get("metrics", {}).get("held_out", {})
         rows.append({"version": v, "latest": v == latest, "as_of": man.get("as_of"),
                      "model_kind": man.get("model_kind"), "accuracy": held.get("accuracy"),
