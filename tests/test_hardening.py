@@ -126,6 +126,7 @@ def test_artifact_records_probe_predictions_and_verifies(reg: Registry) -> None:
     assert len(probe["jobs"]) == len(probe["log_throughput"]) > 0
     report = verify_artifact(path)
     assert report["ok"] and report["max_abs_diff"] <= 1e-6
+    assert verify_artifact(path) is report, "one child per version, not per load"
 
 
 def test_malformed_but_checksummed_model_is_refused_by_a_child(reg: Registry) -> None:
