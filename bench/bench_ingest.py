@@ -54,7 +54,8 @@ def make_table(rows: int, seed: int = 0) -> tuple[pa.Table, int]:
     from leap.catalog import Catalog
 
     rng = np.random.default_rng(seed)
-    hw_names = np.array(list(Catalog.default()))
+    catalog = Catalog.default()
+    hw_names = np.array(list(catalog))
     status_names = np.array(["succeeded", "failed", "oom", "preempted"])
     families = rng.integers(0, 20_000, rows)
     start = np.datetime64("2024-05-01T00:00:00", "us")
@@ -65,6 +66,12 @@ def make_table(rows: int, seed: int = 0) -> tuple[pa.Table, int]:
     hardware = hw_names[rng.integers(0, len(hw_names), rows)]
     trainers = rng.integers(1, 65, rows)
     batch = 2 ** rng.integers(3, 12, rows)
+    flops = np.exp(rng.normal(22, 2, rows))
+    # Physically plausible: at most 90% of the type's peak FLOP/s (ingest quarantines more).
+    names, idx = np.unique(hardware, return_inverse=True)
+    peak = np.array([max(catalog[h].peak_bf16_tflops, catalog[h].peak_fp32_tflops) * 1e12
+                     for h in names])[idx]
+    throughput = np.minimum(throughput, 0.9 * trainers * 8 * peak / flops)
     attempt_id = np.char.add("att-", np.arange(rows).astype(str))
 
     # ~1% invalid, five kinds in equal parts.
@@ -93,7 +100,7 @@ def make_table(rows: int, seed: int = 0) -> tuple[pa.Table, int]:
         "model_category": np.array(["recommendation", "vision", "language", "llm"])[
             families % 4],
         "num_params": np.exp(rng.normal(18, 2, rows)),
-        "flops_per_sample": np.exp(rng.normal(22, 2, rows)),
+        "flops_per_sample": flops,
         "precision": np.array(["bf16", "fp32", "fp16"])[families % 3],
         "devices_per_trainer": np.full(rows, 8),
         "duration_hours": rng.pareto(1.5, rows) + 0.1,

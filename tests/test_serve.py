@@ -118,7 +118,8 @@ def test_predict_endpoint(http: httpx.Client, ranker: Ranker,  # noqa: F811
 
 def test_health_and_model_info(http: httpx.Client, ranker: Ranker) -> None:  # noqa: F811
     health = http.get("/healthz").json()
-    assert health == {"status": "ok", "model_version": ranker.model_version, "reason": None}
+    assert health == {"status": "ok", "model_version": ranker.model_version, "reason": None,
+                      "refused_version": None, "refused_reason": None}
     info = ModelInfo.model_validate(http.get("/v1/model").json())
     assert info.version == ranker.model_version
     assert info.window_start and info.window_end and info.as_of
@@ -330,21 +331,41 @@ def test_leap_serve_command(trained_workspace: Workspace, jobs: list[dict[str, A
 
 
 # Fuzz from the OpenAPI schema ---------------------------------------------------------------
-def test_fuzz_from_openapi_schema_gives_no_5xx(url: str) -> None:
+#: Examples per (operation, mode): 2 POST x 2 modes x 60 + 3 GET x 20 = 300 cases; the longer
+#: run is bench/fuzz_service.py.
+FUZZ_EXAMPLES = {"POST": 60, "GET": 20}
+
+
+def fuzz_service(url: str, examples: dict[str, int]) -> dict[str, Any]:
+    """Drive every operation of the service's OpenAPI schema with schemathesis (positive and
+    negative cases for POST) and check each response: no 5xx, a status the schema lists, the
+    documented content type, headers and body schema. Returns counts; raises on a failure."""
     import schemathesis
     from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
 
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance,
+              response_headers_conformance, response_schema_conformance]
     calls: dict[str, int] = {}
+    statuses: dict[int, int] = {}
 
-    def fuzz(path: str, strategy: Any) -> None:
-        @settings(max_examples=30, deadline=None, database=None,
+    def fuzz(key: str, strategy: Any, n: int) -> None:
+        @settings(max_examples=n, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
         @given(case=strategy)
         def check(case: Any) -> None:
-            resp = case.call(base_url=url, timeout=20)
-            calls[path] = calls.get(path, 0) + 1
+            resp = case.call(base_url=url, timeout=30)
+            calls[key] = calls.get(key, 0) + 1
+            statuses[resp.status_code] = statuses.get(resp.status_code, 0) + 1
             assert resp.status_code < 500, (resp.status_code, resp.text[:300])
-            if path == "/v1/rank" and resp.status_code == 200:
+            case.validate_response(resp, checks=checks)
+            if key.endswith("/v1/rank") and resp.status_code == 200:
                 RankResponse.model_validate_json(resp.content)
 
         check()
@@ -352,8 +373,20 @@ def test_fuzz_from_openapi_schema_gives_no_5xx(url: str) -> None:
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
     for result in schema.get_all_operations():
         op = result.ok()
+        method = op.method.upper()
         # Negative cases need a body to break; the GET endpoints take no input at all.
-        modes = ("positive", "negative") if op.method.upper() == "POST" else ("positive",)
+        modes = ("positive", "negative") if method == "POST" else ("positive",)
         for mode in modes:
-            fuzz(op.path, op.as_strategy(generation_mode=schemathesis.GenerationMode(mode)))
-    assert calls.get("/v1/rank", 0) >= 30 and calls.get("/v1/predict", 0) >= 30
+            fuzz(f"{method} {op.path}", op.as_strategy(
+                generation_mode=schemathesis.GenerationMode(mode)), examples[method])
+    return {"cases": sum(calls.values()), "per_operation": calls,
+            "statuses": dict(sorted(statuses.items()))}
+
+
+def test_fuzz_from_openapi_schema_gives_no_5xx_and_no_schema_violation(url: str) -> None:
+    t0 = time.monotonic()
+    out = fuzz_service(url, FUZZ_EXAMPLES)
+    assert out["per_operation"].get("POST /v1/rank", 0) >= 60
+    assert out["per_operation"].get("POST /v1/predict", 0) >= 60
+    assert out["cases"] >= 200, out
+    assert time.monotonic() - t0 < 120, "the bounded fuzz stays fast"

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from leap.catalog import Catalog
 from leap.cli import app, console, err_console, guarded, print_json, workspace
-from leap.data.ingest import IngestReport, check_files, store_checked
+from leap.data.ingest import IngestLimits, IngestReport, check_files, store_checked
 from leap.data.schema import ALL_COLUMNS
 from leap.data.store import Store
 from leap.errors import did_you_mean
@@ -33,7 +33,9 @@ def _totals(reports: list[IngestReport]) -> dict[str, Any]:
 
 _INGEST_HELP = (
     "Validate attempt files and add them to the store, all files as one atomic batch.\n\n"
-    "Invalid rows go to the quarantine table with their reason (see `leap quarantine`); "
+    "Invalid and implausible rows (a time in the future or before --earliest, a throughput "
+    "beyond physics, counts beyond their maxima) go to the quarantine table with their "
+    "reason (see `leap quarantine`); "
     "attempts already stored are skipped, so ingesting a file twice adds nothing. An "
     "unreadable file or a missing required column stops everything and writes nothing.")
 
@@ -47,17 +49,42 @@ def ingest(
         ..., help="CSV (.csv, .csv.gz), Parquet (.parquet, .pq) or JSON Lines (.jsonl, "
         ".ndjson) files of attempts, in the schema of the spec.", show_default=False),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    earliest: str = typer.Option("2000-01-01", "--earliest", help="Quarantine attempts "
+                                 "submitted before this date (YYYY-MM-DD)."),
+    max_future_hours: float = typer.Option(24.0, "--max-future-hours", min=0.0, help="Quarantine "
+                                           "attempts submitted more than this many hours "
+                                           "after now."),
+    max_throughput: float = typer.Option(1e11, "--max-throughput", min=0.0, help="Quarantine "
+                                         "throughputs above this many samples/s."),
+    max_utilization: float = typer.Option(2.0, "--max-utilization", min=0.0, help="Quarantine "
+                                          "throughputs implying more than this share of the "
+                                          "type's peak FLOP/s (rows with flops_per_sample)."),
+    max_count: int = typer.Option(1_000_000, "--max-count", min=1, help="Quarantine "
+                                  "trainer_count, devices_per_trainer or parallel degrees "
+                                  "above this."),
+    max_batch_size: int = typer.Option(10**12, "--max-batch-size", min=1, help="Quarantine "
+                                       "batch sizes above this."),
 ) -> None:
     """Validate attempt files and add them to the store as one atomic batch."""
+    from datetime import UTC, datetime, timedelta
+
+    from leap.cli.model import parse_day
+
     ws = workspace(ctx)
     catalog = Catalog.load(ws.catalog_path)
+    earliest_day = parse_day(earliest, "--earliest")
+    assert earliest_day is not None
+    limits = IngestLimits(earliest=earliest_day,
+                          now=datetime.now(UTC), max_future=timedelta(hours=max_future_hours),
+                          max_throughput=max_throughput, max_utilization=max_utilization,
+                          max_count=max_count, max_batch_size=max_batch_size)
     with err_console.status("reading", spinner="dots") as status:
 
         def progress(msg: str) -> None:
             status.update(msg)
 
         # Read and validate first: a bad file must not even create the store.
-        checked = check_files(files, catalog, progress)
+        checked = check_files(files, catalog, progress, limits)
         with Store(ws.ensure().store_path) as store:
             reports = store_checked(store, checked, progress)
             stored = store.count()

@@ -57,7 +57,8 @@ def train(
     ctx: typer.Context,
     as_of: str = typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD): train on the "
                               "window before it, evaluate on it. Default: the day after the "
-                              "last full day in the store."),
+                              "last full day in the store, ignoring attempts stamped after "
+                              "now."),
     window_days: int = typer.Option(30, "--window-days", min=2, help="Days of attempts to "
                                     "train on."),
     model: str = typer.Option("cascade", "--model", help="cascade (router + specialists) "
@@ -101,7 +102,7 @@ def train(
 
             result = train_nightly(store, catalog, Registry(ws.models_dir),
                                    as_of=parse_day(as_of), cfg=cfg, publish=not dry_run,
-                                   force=force, progress=progress)
+                                   force=force, progress=progress, now=datetime.now(UTC))
         out = result.to_json()
         held = result.metrics.get("held_out")
         if held is not None:
@@ -163,7 +164,12 @@ def models_list(ctx: typer.Context,
     latest = reg.latest_version()
     rows = []
     for v in reg.versions():
-        man = json.loads((reg.path(v) / MANIFEST).read_text())
+        try:
+            man = json.loads((reg.path(v) / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            man = {"model_kind": "unreadable manifest (corrupt)"}
+        if not isinstance(man, dict):
+            man = {"model_kind": "unreadable manifest (corrupt)"}
         held = man.get("metrics", {}).get("held_out", {})
         rows.append({"version": v, "latest": v == latest, "as_of": man.get("as_of"),
                      "model_kind": man.get("model_kind"), "accuracy": held.get("accuracy"),
@@ -188,12 +194,15 @@ def models_list(ctx: typer.Context,
 def models_rollback(ctx: typer.Context,
                     to: str = typer.Option(None, "--to", help="Version to serve (default: "
                                            "the one before the current).")) -> None:
-    """Point `latest` back at an earlier version (the server picks it up without restart)."""
+    """Point `latest` back at an earlier version (the server picks it up without restart).
+
+    The version is first loaded and checked against its recorded probe predictions in a
+    separate process; one that fails is refused and `latest` does not move.
+    """
     from leap.model.artifact import Registry
 
     reg = Registry(workspace(ctx).models_dir)
-    version = reg.rollback(to)
-    reg.load(version)  # refuse to leave `latest` on something that does not load
+    version = reg.rollback(to)  # loads and verifies the version in a child process first
     console.print(f"latest is now {version}")
 
 

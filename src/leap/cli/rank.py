@@ -86,7 +86,8 @@ def rank(
     premium_min_speedup: float = typer.Option(1.25, "--premium-min-speedup", help="Speed-up "
                                               "a premium type needs when the job has no "
                                               "flops_per_sample."),
-    version: str = typer.Option(None, "--version", help="Model version (default: latest)."),
+    version: str = typer.Option(None, "--version", help="Model version, a name from `leap "
+                                "models list` (default: latest)."),
     as_json: bool = typer.Option(False, "--json", help="Print the HTTP response object."),
 ) -> None:
     """Rank the eligible accelerator types of one job by value (the preference list)."""
@@ -105,10 +106,11 @@ def rank(
         request["risk"] = risk
     req = _validate(request)
     ws = workspace(ctx)
-    registry = Registry(ws.models_dir)
-    source = registry.load(version) if version else registry
-    ranker = Ranker(source, costs=_costs(ws), premium_min_speedup=premium_min_speedup,
-                    background_reload=False)
+    # A version is a name in the models folder (a path is refused with a clear message); one
+    # that fails verification fails open below (an empty ranking with the reason).
+    ranker = Ranker(Registry(ws.models_dir), costs=_costs(ws),
+                    premium_min_speedup=premium_min_speedup, background_reload=False,
+                    version=version)
     result = ranker.rank(req.job.launch_fields(), req.candidates, objective=req.objective,
                          max_cost_per_hour=req.max_cost_per_hour, risk=req.risk, strict=True)
     out = RankResponse.model_validate(result.to_dict()).model_dump(mode="json")
@@ -183,18 +185,34 @@ def serve(
                                 "port, each with its own copy of the model (use one per core "
                                 "to serve more requests/s; /metrics then reports the process "
                                 "that answers)."),
+    max_body_bytes: int = typer.Option(8 * 1024 * 1024, "--max-body-bytes", min=1024,
+                                       help="Largest request body; larger ones get a 413."),
+    max_predict_rows: int = typer.Option(20_000, "--max-predict-rows", min=1, help="Largest "
+                                         "(job, hardware) row count of one /v1/predict call "
+                                         "(422 beyond)."),
+    max_concurrent_predicts: int = typer.Option(2, "--max-concurrent-predicts", min=1,
+                                                help="/v1/predict calls served at once per "
+                                                "process; more get a 429 with Retry-After."),
+    malloc_tuning: bool = typer.Option(True, "--malloc-tuning/--no-malloc-tuning",
+                                       help="Restart the process with PYTHONMALLOC=malloc and "
+                                       "MALLOC_ARENA_MAX=2 (unless set), so memory returns to "
+                                       "its level after a burst of large batches."),
 ) -> None:
     """Serve rank/predict over HTTP; picks up newly published models without a restart."""
     if not _is_loopback(host) and not token and not insecure_no_token:
         raise ConfigError(f"--host {host} exposes the service beyond this machine; set --token "
                           "(or LEAP_TOKEN), or pass --insecure-no-token")
+    if malloc_tuning and os.environ.get(_MALLOC_TUNED_ENV) != "1":
+        _restart_with_malloc_tuning()
     import uvicorn
 
     ws = workspace(ctx)
     settings = ServeSettings(home=str(ws.home),
                              catalog=str(ws.catalog_path) if ws.catalog_path else None,
                              token=token, check_interval_s=check_interval,
-                             premium_min_speedup=premium_min_speedup)
+                             premium_min_speedup=premium_min_speedup,
+                             max_body_bytes=max_body_bytes, max_predict_rows=max_predict_rows,
+                             max_concurrent_predicts=max_concurrent_predicts)
     app_or_factory: Any
     if workers == 1:
         app_or_factory = settings.app(announce=True, host=host, port=port)
@@ -205,6 +223,28 @@ def serve(
         app_or_factory = "leap.cli.rank:app_from_env"
     uvicorn.run(app_or_factory, factory=workers > 1, workers=workers, host=host, port=port,
                 log_level=log_level, access_log=False)
+
+
+#: Set once `leap serve` has restarted itself with the allocator settings below.
+_MALLOC_TUNED_ENV = "LEAP_SERVE_MALLOC_TUNED"
+
+
+def _restart_with_malloc_tuning() -> None:
+    """Re-execute this command with allocator settings that hand memory back to the OS.
+
+    Measured with bench/bench_predict_memory.py: after 20 maximum-size batches the server's
+    RSS stays ~40% above its level with Python's small-object allocator and glibc's per-thread
+    arenas (freed memory is kept, fragmented, for reuse), and returns to within a few percent
+    with ``PYTHONMALLOC=malloc`` (read only at interpreter start, hence the re-exec) and two
+    arenas. Values already in the environment are kept.
+    """
+    env = dict(os.environ)
+    env.setdefault("PYTHONMALLOC", "malloc")
+    env.setdefault("MALLOC_ARENA_MAX", "2")
+    env[_MALLOC_TUNED_ENV] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "leap", *sys.argv[1:]], env)
 
 
 #: The environment variable that hands `leap serve --workers N` settings to its processes.
@@ -220,6 +260,9 @@ class ServeSettings:
     token: str | None
     check_interval_s: float
     premium_min_speedup: float
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_predict_rows: int = 20_000
+    max_concurrent_predicts: int = 2
 
     def app(self, *, announce: bool = False, host: str = "", port: int = 0) -> Any:
         from leap.model.artifact import Registry
@@ -239,7 +282,10 @@ class ServeSettings:
             err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
                               f"(docs at /docs{', token required' if self.token else ''})",
                               highlight=False)
-        return create_app(ranker, token=self.token, poll_interval_s=self.check_interval_s)
+        return create_app(ranker, token=self.token, poll_interval_s=self.check_interval_s,
+                          max_body_bytes=self.max_body_bytes,
+                          max_predict_rows=self.max_predict_rows,
+                          max_concurrent_predicts=self.max_concurrent_predicts)
 
 
 def app_from_env() -> Any:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,17 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from leap.catalog import Catalog
-from leap.data.schema import ALL_COLUMNS, ATTEMPTS_SCHEMA, PRECISIONS, REQUIRED, STATUSES
+from leap.data.schema import (
+    ALL_COLUMNS,
+    ATTEMPTS_SCHEMA,
+    MAX_BATCH_SIZE,
+    MAX_COUNT,
+    PRECISIONS,
+    REQUIRED,
+    STATUSES,
+)
 from leap.data.store import QUARANTINE_SCHEMA, Store
-from leap.errors import DataError, did_you_mean
+from leap.errors import ConfigError, DataError, did_you_mean
 
 #: File name endings read by :func:`read_attempts_file`, and the format each one means.
 FORMATS: dict[str, str] = {
@@ -34,6 +44,72 @@ OPTIONAL_MINIMUM: dict[str, int] = {
     "duration_hours": 0, "devices_per_trainer": 1, "data_parallel": 1, "tensor_parallel": 1,
     "pipeline_parallel": 1,
 }
+
+#: Count columns held to :attr:`IngestLimits.max_count`.
+COUNT_COLUMNS: tuple[str, ...] = ("trainer_count", "devices_per_trainer", "data_parallel",
+                                  "tensor_parallel", "pipeline_parallel")
+
+
+@dataclass(frozen=True)
+class IngestLimits:
+    """Plausibility rules: rows that break them are quarantined with the rule as reason.
+
+    Built at the edge (``leap ingest`` options) and passed down; the defaults hold for any
+    real fleet.
+
+    Attributes
+    ----------
+    earliest : datetime
+        ``submitted_at`` before it is implausible (default 2000-01-01 UTC).
+    now : datetime, optional
+        The wall clock of the ingest; with it, ``submitted_at`` after ``now + max_future``
+        is implausible. ``None`` (a simulation, a replay) checks no upper bound.
+    max_future : timedelta
+        Clock skew allowed past ``now`` (default 1 day).
+    max_throughput : float
+        Absolute ceiling on samples/s of one attempt (default 1e11).
+    max_utilization : float
+        Ceiling on the model-FLOP utilization a throughput implies when
+        ``flops_per_sample`` is known: ``throughput x flops_per_sample / (devices x peak
+        FLOP/s)``, with the type's largest catalog peak (default 2.0: far above any real
+        run, loose enough for rough FLOP counts).
+    max_count : int
+        Largest ``trainer_count``, ``devices_per_trainer`` and parallel degree.
+    max_batch_size : int
+        Largest per-trainer ``batch_size``.
+
+    Examples
+    --------
+    >>> IngestLimits(now=datetime(2026, 2, 1, tzinfo=UTC)).latest
+    datetime.datetime(2026, 2, 2, 0, 0, tzinfo=datetime.timezone.utc)
+    """
+
+    earliest: datetime = datetime(2000, 1, 1, tzinfo=UTC)
+    now: datetime | None = None
+    max_future: timedelta = timedelta(days=1)
+    max_throughput: float = 1e11
+    max_utilization: float = 2.0
+    max_count: int = MAX_COUNT
+    max_batch_size: int = MAX_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        for name in ("earliest", "now"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, datetime) or v.tzinfo is None):
+                raise ConfigError(f"IngestLimits.{name} must be a UTC-aware datetime, got {v!r}")
+        for name in ("max_throughput", "max_utilization", "max_count", "max_batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (
+                    0 < v < math.inf):
+                raise ConfigError(f"{name} must be a positive number, got {v!r}")
+        if self.max_future < timedelta(0):
+            raise ConfigError(f"max_future must not be negative, got {self.max_future}")
+
+    @property
+    def latest(self) -> datetime | None:
+        """The latest plausible ``submitted_at`` (None: no upper bound)."""
+        return None if self.now is None else self.now + self.max_future
+
 
 #: Beyond this many distinct unknown names in one input, the rest get no did-you-mean hint
 #: (difflib per name would dominate the run time on a pathological file).
@@ -90,6 +166,50 @@ def _skip(_row: Any) -> str:
     return "skip"
 
 
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` safe to show on a terminal: control characters and undecodable bytes as '?'."""
+    out = "".join(ch if ch.isprintable() and ch != "\ufffd" else "?" for ch in text[:limit])
+    return out + ("..." if len(text) > limit else "")
+
+
+def check_text_file(path: Path, what: str) -> None:
+    """Refuse a file that is not UTF-8 text (binary data named ``.csv``, say) in one line.
+
+    Streams the whole file (decompressing ``.gz``) through an incremental UTF-8 decoder, so
+    the parser never sees bytes it would echo to the terminal.
+
+    Raises
+    ------
+    DataError
+        Naming the file, the byte offset and the fix; never the bytes themselves.
+    """
+    import codecs
+    import gzip
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                if b"\x00" in chunk:
+                    at = offset + chunk.index(b"\x00")
+                    raise DataError(f"{path}: not a {what} text file (a NUL byte at byte {at:,}: "
+                                    "binary data); export it as UTF-8 text")
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    raise DataError(f"{path}: not a {what} text file (invalid UTF-8 near byte "
+                                    f"{offset + exc.start:,}); export it as UTF-8 text") from None
+                offset += len(chunk)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not a {what} text file (it ends inside a UTF-8 character); "
+                        "export it as UTF-8 text") from None
+    except (OSError, EOFError) as exc:
+        raise DataError(f"{path}: cannot read: {printable(str(exc))}") from None
+
+
 def _read_csv(path: Path) -> pa.Table:
     shown: list[str] = []
     count = [0]
@@ -99,7 +219,7 @@ def _read_csv(path: Path) -> pa.Table:
         if len(shown) < 3:  # describe the first few, count them all
             where = f"line {row.number}" if row.number is not None else "a line"
             shown.append(f"{where} has {row.actual_columns} fields, the header "
-                         f"{row.expected_columns} ({row.text[:60]!r})")
+                         f"{row.expected_columns} ({printable(row.text, 60)!r})")
         return "skip"
 
     # The header first: every column is then read as text. Typing happens per row in
@@ -179,6 +299,8 @@ def read_attempts_file(path: Path) -> pa.Table:
     fmt = file_format(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    if fmt in ("csv", "jsonl"):
+        check_text_file(path, {"csv": "CSV", "jsonl": "JSON Lines"}[fmt])
     try:
         if fmt == "csv":
             table = _read_csv(path)
@@ -189,7 +311,7 @@ def read_attempts_file(path: Path) -> pa.Table:
     except (pa.ArrowException, OSError, duckdb.Error, UnicodeDecodeError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         what = {"csv": "CSV", "parquet": "Parquet", "jsonl": "JSON Lines"}[fmt]
-        raise DataError(f"{path}: cannot read as {what}: {detail}") from None
+        raise DataError(f"{path}: cannot read as {what}: {printable(detail)}") from None
     check_columns(table, origin=str(path))
     return table
 
@@ -310,15 +432,19 @@ class Validated:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-def validate(table: pa.Table, catalog: Catalog, *, origin: str) -> Validated:
+def validate(table: pa.Table, catalog: Catalog, *, origin: str,
+             limits: IngestLimits | None = None) -> Validated:
     """Check every row of ``table`` against the attempt schema, with one reason per bad row.
 
     Checks, in this order (a row's reason is the first that fails): each required field
     present and of its type; hardware in ``catalog``; ``trainer_count`` and ``batch_size``
     >= 1; status one of ``STATUSES`` (case-insensitive); throughput finite and > 0 on a
     succeeded attempt and empty otherwise; optional fields of their type and range,
-    ``precision`` one of ``PRECISIONS``; then a repeated ``attempt_id`` (the first valid row
-    is kept). Vectorised in DuckDB over the Arrow table.
+    ``precision`` one of ``PRECISIONS``; the plausibility rules of ``limits`` (submitted_at
+    within [earliest, now + max_future], counts and batch size within their maxima,
+    throughput below the absolute ceiling and, with ``flops_per_sample``, an implied
+    utilization below ``max_utilization``); then a repeated ``attempt_id`` (the first valid
+    row is kept). Vectorised in DuckDB over the Arrow table.
 
     Parameters
     ----------
@@ -328,6 +454,8 @@ def validate(table: pa.Table, catalog: Catalog, *, origin: str) -> Validated:
         Known hardware names.
     origin : str
         Where the rows came from, recorded with each quarantined row.
+    limits : IngestLimits, optional
+        Plausibility rules (default :class:`IngestLimits`: no upper bound on time).
 
     Returns
     -------
@@ -357,13 +485,57 @@ def validate(table: pa.Table, catalog: Catalog, *, origin: str) -> Validated:
     con = _cursor()
     try:
         con.register("raw", raw)
-        return _validate_sql(con, raw, catalog, origin, present, unknown)
+        return _validate_sql(con, raw, catalog, origin, present, unknown,
+                             limits or IngestLimits())
     finally:
         con.close()
 
 
+def _plausibility(catalog: Catalog, limits: IngestLimits, present: list[str]
+                  ) -> list[tuple[str, str]]:
+    """SQL (condition, message) pairs of the plausibility rules (see :class:`IngestLimits`)."""
+    def ts(d: datetime) -> str:
+        return f"TIMESTAMPTZ {_lit(d.astimezone(UTC).isoformat())}"
+
+    cases = [(f"t.submitted_at < {ts(limits.earliest)}",
+              _lit(f"implausible submitted_at: before {limits.earliest:%Y-%m-%d} (the earliest "
+                   "accepted; leap ingest --earliest)"))]
+    if limits.latest is not None:
+        cases.append((f"t.submitted_at > {ts(limits.latest)}",
+                      _lit(f"implausible submitted_at: in the future (after "
+                           f"{limits.latest:%Y-%m-%dT%H:%MZ}, the ingest time plus "
+                           f"{limits.max_future.total_seconds() / 3600:g} h); fix the clock "
+                           "or the time zone")))
+    for c in COUNT_COLUMNS:
+        if c in present:
+            cases.append((f"t.{_q(c)} > {int(limits.max_count)}",
+                          _lit(f"implausible {c}: more than {int(limits.max_count):,} "
+                               "(leap ingest --max-count)")))
+    cases.append((f"t.batch_size > {int(limits.max_batch_size)}",
+                   _lit(f"implausible batch_size: more than {int(limits.max_batch_size):,} "
+                        "(leap ingest --max-batch-size)")))
+    cases.append((f"t.throughput > {float(limits.max_throughput)!r}",
+                  _lit(f"implausible throughput: above {limits.max_throughput:g} samples/s "
+                       "(leap ingest --max-throughput)")))
+    peaks = {n: max(h.peak_bf16_tflops, h.peak_fp32_tflops) * 1e12 for n, h in catalog.items()
+             if max(h.peak_bf16_tflops, h.peak_fp32_tflops) > 0}
+    if "flops_per_sample" in present and peaks:
+        peak = "CASE t.hardware " + " ".join(
+            f"WHEN {_lit(n)} THEN {p!r}" for n, p in peaks.items()) + " END"
+        devices = "(t.trainer_count * coalesce(t.devices_per_trainer, 1))" \
+            if "devices_per_trainer" in present else "t.trainer_count"
+        mfu = f"(t.throughput * t.flops_per_sample / ({devices} * {peak}))"
+        cases.append((f"t.flops_per_sample > 0 AND {mfu} > {float(limits.max_utilization)!r}",
+                      f"'implausible throughput: it implies ' || printf('%.3g', {mfu}) || "
+                      f"'x the peak FLOP/s of ' || t.hardware || {_lit(' (more than ')} || "
+                      f"{_lit(f'{limits.max_utilization:g}')} || "
+                      f"{_lit('x; check throughput and flops_per_sample, or leap ingest ')} || "
+                      "'--max-utilization)'"))
+    return cases
+
+
 def _validate_sql(con: duckdb.DuckDBPyConnection, raw: pa.Table, catalog: Catalog, origin: str,
-                  present: list[str], unknown: list[str]) -> Validated:
+                  present: list[str], unknown: list[str], limits: IngestLimits) -> Validated:
     typed = {c: _typed(c, raw.schema.field(c).type, ALL_COLUMNS[c]) for c in present}
     hw_check = _name_check(con, "hardware", typed["hardware"][0], list(catalog),
                            "unknown hardware", "fix the name or add it to your catalog TOML")
@@ -409,6 +581,7 @@ def _validate_sql(con: duckdb.DuckDBPyConnection, raw: pa.Table, catalog: Catalo
             cases.append(_name_check(con, "precision", typed["precision"][0], PRECISIONS,
                                      "unknown precision",
                                      f"precision must be one of {', '.join(PRECISIONS)}"))
+    cases += _plausibility(catalog, limits, present)
     reason = "CASE " + " ".join(f"WHEN {w} THEN {m}" for w, m in cases) + " END"
     cols = ", ".join(f"t.{_q(c)}" if c in present else f"NULL::{_duck(t)} AS {_q(c)}"
                      for c, t in ALL_COLUMNS.items())
@@ -500,8 +673,8 @@ def _report(origin: str, rows: int, v: Validated, r: Any) -> IngestReport:
                         batch_id=r.batch_id)
 
 
-def ingest_table(store: Store, table: pa.Table, catalog: Catalog, *, origin: str
-                 ) -> IngestReport:
+def ingest_table(store: Store, table: pa.Table, catalog: Catalog, *, origin: str,
+                 limits: IngestLimits | None = None) -> IngestReport:
     """Validate ``table`` and add it to ``store`` as one atomic batch.
 
     Parameters
@@ -514,6 +687,8 @@ def ingest_table(store: Store, table: pa.Table, catalog: Catalog, *, origin: str
         Known hardware.
     origin : str
         Recorded as the batch's source, e.g. ``"simulate seed=1"``.
+    limits : IngestLimits, optional
+        Plausibility rules (see :func:`validate`).
 
     Returns
     -------
@@ -531,7 +706,7 @@ def ingest_table(store: Store, table: pa.Table, catalog: Catalog, *, origin: str
     ...     ingest_table(store, rows, Catalog.default(), origin="doc").added
     1
     """
-    v = validate(table, catalog, origin=origin)
+    v = validate(table, catalog, origin=origin, limits=limits)
     r = store.add_batch(v.good, v.quarantined, source=origin)
     return _report(origin, table.num_rows, v, r)
 
@@ -546,7 +721,8 @@ class CheckedFile:
 
 
 def check_files(paths: Sequence[Path], catalog: Catalog,
-                progress: Callable[[str], None] | None = None) -> list[CheckedFile]:
+                progress: Callable[[str], None] | None = None,
+                limits: IngestLimits | None = None) -> list[CheckedFile]:
     """Read and validate every file, writing nothing (the first half of :func:`ingest_files`).
 
     Raises
@@ -564,7 +740,7 @@ def check_files(paths: Sequence[Path], catalog: Catalog,
         say(f"reading {path}")
         table = read_attempts_file(Path(path))
         origin = str(Path(path).resolve())
-        v = validate(table, catalog, origin=origin)
+        v = validate(table, catalog, origin=origin, limits=limits)
         say(f"validated {path}: {table.num_rows:,} rows, {v.quarantined.num_rows:,} "
             "quarantined")
         checked.append(CheckedFile(origin, table.num_rows, v))
@@ -587,7 +763,8 @@ def store_checked(store: Store, checked: Sequence[CheckedFile],
 
 
 def ingest_files(store: Store, paths: Sequence[Path], catalog: Catalog,
-                 progress: Callable[[str], None] | None = None) -> list[IngestReport]:
+                 progress: Callable[[str], None] | None = None,
+                 limits: IngestLimits | None = None) -> list[IngestReport]:
     """Ingest files as ONE atomic batch: all of them are stored, or none.
 
     Every file is read and validated first, so an unreadable file or missing column
@@ -604,6 +781,8 @@ def ingest_files(store: Store, paths: Sequence[Path], catalog: Catalog,
         Known hardware.
     progress : callable, optional
         Called with a short line at each step (read, validated, writing, committed).
+    limits : IngestLimits, optional
+        Plausibility rules (see :func:`validate`); pass ``now`` to refuse future times.
 
     Returns
     -------
@@ -627,4 +806,4 @@ def ingest_files(store: Store, paths: Sequence[Path], catalog: Catalog,
     ...     [r.added for r in ingest_files(store, [d / "a.csv", d / "a.csv"], Catalog.default())]
     [1, 0]
     """
-    return store_checked(store, check_files(paths, catalog, progress), progress)
+    return store_checked(store, check_files(paths, catalog, progress, limits), progress)

@@ -51,3 +51,20 @@ JOB_COLUMNS: tuple[str, ...] = tuple(
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 ATTEMPTS_SCHEMA = pa.schema([pa.field(n, t, nullable=True) for n, t in ALL_COLUMNS.items()])
+
+#: Largest count (trainers, devices per trainer, parallel degrees) a job may state.
+MAX_COUNT = 1_000_000
+#: Largest per-trainer batch size a job may state.
+MAX_BATCH_SIZE = 10**12
+#: Largest architecture size (parameters, FLOPs per sample, widths ...) a job may state.
+MAX_SIZE = 1e18
+
+#: Inclusive (low, high) bounds of every numeric launch-time field. Every entry point (the
+#: CLI, the Python API, HTTP and batch frames) checks jobs against these through
+#: :func:`leap.data.jobs.check_job` / :func:`leap.data.jobs.check_jobs_frame`, and the HTTP
+#: schema states them; they keep requests physical and every derived number finite.
+JOB_BOUNDS: dict[str, tuple[float, float]] = {
+    c: ((1, MAX_BATCH_SIZE) if c == "batch_size" else (1, MAX_COUNT))
+    if ALL_COLUMNS[c] == pa.int64() else (0, MAX_SIZE)
+    for c in JOB_COLUMNS if ALL_COLUMNS[c] != pa.string()
+}

@@ -354,10 +354,16 @@ class Store:
         (row,) = self.con.execute("SELECT count(*) FROM quarantine").fetchall()
         return int(row[0])
 
-    def time_range(self) -> tuple[datetime, datetime] | None:
-        """First and last ``submitted_at`` (UTC-aware), or None for an empty store."""
+    def time_range(self, until: datetime | None = None) -> tuple[datetime, datetime] | None:
+        """First and last ``submitted_at`` (UTC-aware), or None for an empty store.
+
+        With ``until``, only attempts submitted at or before it count (a row from the future
+        must not move the last day).
+        """
+        where, params = ("", []) if until is None else (" WHERE submitted_at <= ?",
+                                                        [_utc(until)])
         (row,) = self.con.execute("SELECT min(submitted_at), max(submitted_at) FROM attempts"
-                                  ).fetchall()
+                                  + where, params).fetchall()
         if row[0] is None:
             return None
         return _utc(row[0]), _utc(row[1])

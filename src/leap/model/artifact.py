@@ -12,7 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +27,7 @@ import pandas as pd
 
 from leap import __version__
 from leap.catalog import Catalog
-from leap.errors import ArtifactError, CatalogError
+from leap.errors import ArtifactError, CatalogError, did_you_mean
 from leap.features.columns import Columns
 from leap.features.encode import (
     FEATURE_NAMES,
@@ -31,6 +35,7 @@ from leap.features.encode import (
     FeatureSpec,
     base_margin,
     encode,
+    jobs_frame,
     novelty,
 )
 from leap.features.history import Snapshot
@@ -43,6 +48,13 @@ MANIFEST = "manifest.json"
 LATEST = "LATEST"
 LOG = "published.jsonl"
 INTERVALS = "intervals.json"
+#: Jobs scored at write time, with the predictions: a loaded model must reproduce them.
+PROBE = "probe.json"
+#: What a model version may be called: a plain name, never a path.
+VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: Largest difference (log samples/s) between recorded and recomputed probe predictions.
+PROBE_TOLERANCE = 1e-6
+DEFAULT_VERIFY_TIMEOUT_S = 300.0
 
 
 def _sha256(path: Path) -> str:
@@ -115,10 +127,33 @@ class Artifact:
         return np.exp(self.predict_log(jobs))
 
 
+def probe_jobs(snapshot: Snapshot, spec: FeatureSpec, catalog: Catalog) -> list[dict[str, Any]]:
+    """A small fixed set of (job, hardware) rows that exercises the model: known and unseen
+    families, a few model types and job shapes, on every type of the catalog (up to 64)."""
+    fam = snapshot.tables.get("fam_hw")
+    families = sorted({str(f) for f in fam["family_id"].dropna().unique()}) \
+        if fam is not None and "family_id" in fam.columns else []
+    picked = [*families[::max(1, len(families) // 3)][:3], "__leap_probe_unseen__"]
+    types = list(spec.vocab.get("model_type", []))[:2] or ["__leap_probe_type__"]
+    shapes: list[dict[str, Any]] = [
+        {"trainer_count": 1, "batch_size": 32},
+        {"trainer_count": 4, "batch_size": 1024, "devices_per_trainer": 1, "precision": "bf16",
+         "num_params": 3.0e8, "flops_per_sample": 1.8e9},
+    ]
+    jobs = [{"family_id": f, "model_type": types[i % len(types)], **shape}
+            for i, f in enumerate(picked) for shape in shapes]
+    hardware = list(catalog)[:64]
+    return [{**job, "hardware": hw} for job in jobs for hw in hardware]
+
+
 def write_artifact(directory: Path, *, model: Model, snapshot: Snapshot, spec: FeatureSpec,
                    catalog: Catalog, info: dict[str, Any],
                    intervals: IntervalCalibrator | None = None) -> Path:
-    """Write a complete artifact into ``directory`` (which must not exist) and return it."""
+    """Write a complete artifact into ``directory`` (which must not exist) and return it.
+
+    Besides the model it records :data:`PROBE`: fixed probe jobs and this model's predictions
+    for them, which :func:`verify_artifact` later asks the loaded files to reproduce.
+    """
     if directory.exists():
         raise ArtifactError(f"artifact directory {directory} already exists")
     directory.mkdir(parents=True)
@@ -131,6 +166,12 @@ def write_artifact(directory: Path, *, model: Model, snapshot: Snapshot, spec: F
     (directory / "catalog.toml").write_text(catalog.to_toml())
     if intervals is not None:
         (directory / INTERVALS).write_text(intervals.to_json())
+    probe = probe_jobs(snapshot, spec, catalog)
+    fallback = float(info.get("fallback_log_throughput", 0.0))
+    live = Artifact(version="probe", path=None, manifest={"fallback_log_throughput": fallback},
+                    model=model, snapshot=snapshot, spec=spec, catalog=catalog)
+    (directory / PROBE).write_text(json.dumps(
+        {"jobs": probe, "log_throughput": [float(x) for x in live.predict_log(jobs_frame(probe))]}))
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     manifest = {
         "artifact_version": ARTIFACT_VERSION,
@@ -147,13 +188,25 @@ def write_artifact(directory: Path, *, model: Model, snapshot: Snapshot, spec: F
     return directory
 
 
+def _read_text(path: Path) -> str:
+    """A text file of an artifact; bytes that are not UTF-8 mean a corrupt artifact."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(f"{path} is not UTF-8 text (byte {exc.start}); the artifact is "
+                            "corrupt (republish or roll back)") from None
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path}: {exc.strerror}; the artifact is incomplete "
+                            "(republish or roll back)") from None
+
+
 def load_artifact(directory: Path, *, verify: bool = True) -> Artifact:
     """Load an artifact, checking versions and (by default) every file's checksum."""
     mpath = directory / MANIFEST
     if not mpath.is_file():
         raise ArtifactError(f"{directory} is not a leap model artifact (no {MANIFEST})")
     try:
-        manifest = json.loads(mpath.read_text())
+        manifest = json.loads(_read_text(mpath))
     except ValueError as exc:
         raise ArtifactError(f"{mpath} is not valid JSON ({exc}); the artifact is corrupt") from None
     for key, want in (("artifact_version", ARTIFACT_VERSION), ("schema_version", SCHEMA_VERSION),
@@ -174,21 +227,115 @@ def load_artifact(directory: Path, *, verify: bool = True) -> Artifact:
             if _sha256(p) != digest:
                 raise ArtifactError(f"{directory}: checksum mismatch for {rel}; the file was "
                                     "modified or corrupted (republish or roll back)")
-    model_files = {p.name: p.read_text() for p in (directory / "model").iterdir()
+    model_files = {p.name: _read_text(p) for p in (directory / "model").iterdir()
                    if p.is_file()}
     model = model_from_files(model_files)
-    spec = FeatureSpec.from_json((directory / "feature_spec.json").read_text())
+    spec = FeatureSpec.from_json(_read_text(directory / "feature_spec.json"))
     try:
-        catalog = Catalog.from_toml((directory / "catalog.toml").read_text(),
+        catalog = Catalog.from_toml(_read_text(directory / "catalog.toml"),
                                     f"{directory}/catalog.toml")
     except CatalogError as exc:
         raise ArtifactError(str(exc)) from None
     snapshot = Snapshot.load(directory / "snapshot")
-    intervals = IntervalCalibrator.from_json((directory / INTERVALS).read_text()) \
+    intervals = IntervalCalibrator.from_json(_read_text(directory / INTERVALS)) \
         if (directory / INTERVALS).is_file() else None
     return Artifact(version=str(manifest.get("version", directory.name)), path=directory,
                     manifest=manifest, model=model, snapshot=snapshot, spec=spec,
                     catalog=catalog, intervals=intervals)
+
+
+_VERIFIED: dict[tuple[str, str], dict[str, Any]] = {}
+_VERIFIED_LOCK = threading.Lock()
+
+
+def verify_artifact(directory: Path, *, timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S
+                    ) -> dict[str, Any]:
+    """Prove that ``directory`` loads and reproduces its probe, in a child process.
+
+    A checksum proves the bytes are the ones written, not that they load: LightGBM can abort
+    or segfault on a malformed model text. So a short-lived ``python -m leap.model.verify``
+    loads the artifact and scores its :data:`PROBE` jobs; the artifact is trusted only when
+    that child exits 0 and its predictions match the recorded ones. A crash, a hang (after
+    ``timeout_s``) or a mismatch is an :class:`~leap.errors.ArtifactError`, never a crash of
+    the caller. A pass is remembered for this process (keyed by the manifest's bytes).
+
+    Returns
+    -------
+    dict
+        The child's report: ``ok``, ``rows`` scored and ``max_abs_diff``.
+
+    Raises
+    ------
+    ArtifactError
+        The artifact is not proven loadable and sane; the message says why.
+
+    Examples
+    --------
+    >>> # verify_artifact(registry.path("20260201-01"))["ok"]
+    """
+    directory = Path(directory)
+    mpath = directory / MANIFEST
+    try:
+        key = (str(directory.resolve()), hashlib.sha256(mpath.read_bytes()).hexdigest())
+    except OSError:
+        raise ArtifactError(f"{directory} is not a leap model artifact (no {MANIFEST})") from None
+    with _VERIFIED_LOCK:
+        if key in _VERIFIED:
+            return _VERIFIED[key]
+    src = str(Path(__file__).resolve().parents[2])  # so the child imports this same leap
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "leap.model.verify", str(directory)],
+                              capture_output=True, text=True, timeout=timeout_s, env=env,
+                              check=False, errors="replace")
+    except subprocess.TimeoutExpired:
+        raise ArtifactError(f"{directory}: loading and scoring the model took more than "
+                            f"{timeout_s:g} s in a check process; the artifact is refused "
+                            "(republish or roll back)") from None
+    except OSError as exc:
+        raise ArtifactError(f"{directory}: cannot start the model check process "
+                            f"({exc.strerror})") from None
+    report: dict[str, Any] = {}
+    lines = proc.stdout.strip().splitlines()
+    if lines:
+        try:
+            report = json.loads(lines[-1])
+        except ValueError:
+            report = {}
+    if proc.returncode != 0 or not report.get("ok"):
+        if proc.returncode < 0:
+            why = (f"the model crashed the check process (signal {-proc.returncode}); a model "
+                   "file is malformed although its checksum matches")
+        else:
+            why = str(report.get("reason") or (proc.stderr.strip().splitlines() or
+                                               [f"exit status {proc.returncode}"])[-1])
+        raise ArtifactError(f"{directory}: model failed verification: {why} (republish or "
+                            "roll back to a good version)")
+    with _VERIFIED_LOCK:
+        _VERIFIED[key] = report
+    return report
+
+
+def check_version_name(version: object) -> str:
+    """``version`` if it is a plain version name; a path or anything else is refused.
+
+    Raises
+    ------
+    ArtifactError
+        Naming the value and the allowed form.
+
+    Examples
+    --------
+    >>> check_version_name("20260201-01")
+    '20260201-01'
+    """
+    if not isinstance(version, str) or not VERSION_PATTERN.fullmatch(version) \
+            or set(version) == {"."}:
+        raise ArtifactError(f"model version {str(version)[:200]!r} is not a version name: use "
+                            "a name listed by `leap models list` (letters, digits, '.', '_' "
+                            "and '-'; no paths)")
+    return version
 
 
 class Registry:
@@ -200,36 +347,57 @@ class Registry:
     >>> # reg.publish(tmp_dir, "20260201-01"); reg.latest_version()
     """
 
-    def __init__(self, models_dir: Path) -> None:
-        self.root = models_dir
+    def __init__(self, models_dir: Path, *,
+                 verify_timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S) -> None:
+        self.root = Path(models_dir)
+        self.verify_timeout_s = verify_timeout_s
 
     def versions(self) -> list[str]:
         if not self.root.is_dir():
             return []
         return sorted(p.name for p in self.root.iterdir()
-                      if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).is_file())
+                      if p.is_dir() and not p.is_symlink() and VERSION_PATTERN.fullmatch(p.name)
+                      and (p / MANIFEST).is_file())
 
     def latest_version(self) -> str | None:
         p = self.root / LATEST
         if not p.is_file():
             return None
-        v = p.read_text().strip()
+        try:
+            v = p.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
         return v or None
 
     def path(self, version: str) -> Path:
+        """The directory of ``version``: a plain name of a directory directly in the root."""
+        check_version_name(version)
         p = self.root / version
-        if not (p / MANIFEST).is_file():
+        if p.is_symlink() or not (p / MANIFEST).is_file():
             known = ", ".join(self.versions()) or "none"
-            raise ArtifactError(f"no model version '{version}' in {self.root} (known: {known})")
+            raise ArtifactError(f"no model version '{version}' in {self.root} (known: "
+                                f"{known}{did_you_mean(version, self.versions())})")
         return p
 
-    def load(self, version: str | None = None, *, verify: bool = True) -> Artifact:
-        """Load ``version`` (default: the latest published)."""
+    def verify(self, version: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """:func:`verify_artifact` for a published ``version`` (raises ArtifactError)."""
+        return verify_artifact(self.path(version), timeout_s=timeout_s or self.verify_timeout_s)
+
+    def load(self, version: str | None = None, *, verify: bool = True,
+             probe: bool = True) -> Artifact:
+        """Load ``version`` (default: the latest published).
+
+        With ``probe`` (default) it is first proven loadable and sane in a child process
+        (:func:`verify_artifact`), so a malformed model cannot crash this one.
+        """
         if version is None:
             version = self.latest_version()
             if version is None:
                 raise ArtifactError(f"no published model in {self.root}; run `leap train` first")
-        return load_artifact(self.path(version), verify=verify)
+        path = self.path(version)
+        if probe:
+            verify_artifact(path, timeout_s=self.verify_timeout_s)
+        return load_artifact(path, verify=verify)
 
     def new_version(self, as_of: datetime) -> str:
         stem = as_of.strftime("%Y%m%d")
@@ -247,10 +415,16 @@ class Registry:
         return d
 
     def publish(self, staged: Path, version: str, *, make_latest: bool = True) -> Path:
-        """Move a fully written artifact into place, then point ``LATEST`` at it atomically."""
+        """Move a fully written artifact into place, then point ``LATEST`` at it atomically.
+
+        The staged artifact is first proven loadable and sane (:func:`verify_artifact`); one
+        that is not is refused and nothing moves.
+        """
+        check_version_name(version)
         final = self.root / version
         if final.exists():
             raise ArtifactError(f"model version {version} already exists in {self.root}")
+        verify_artifact(staged, timeout_s=self.verify_timeout_s)
         os.replace(staged, final)
         if make_latest:
             self._set_latest(version, "publish")
@@ -265,7 +439,7 @@ class Registry:
                 raise ArtifactError("there is no earlier model version to roll back to "
                                     f"(versions: {', '.join(self.versions()) or 'none'})")
             to = older[-1]
-        self.path(to)
+        self.verify(to)  # before LATEST moves: a version that does not load is refused
         self._set_latest(to, "rollback")
         return to
 

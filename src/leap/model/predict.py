@@ -11,7 +11,9 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from leap.data.schema import JOB_COLUMNS
+from leap.data.ingest import check_text_file, printable
+from leap.data.jobs import check_jobs_frame
+from leap.data.schema import JOB_BOUNDS, JOB_COLUMNS
 from leap.errors import DataError
 from leap.features.encode import (
     FEATURE_NAMES,
@@ -30,6 +32,10 @@ def read_jobs(path: Path) -> pd.DataFrame:
     keys) is kept as read, so predictions can be joined back.
     """
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
+    if not path.is_file():
+        raise DataError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    if suffix in (".csv", ".csv.gz", ".jsonl", ".ndjson", ".json"):
+        check_text_file(path, "CSV" if suffix.startswith(".csv") else "JSON")
     try:
         if suffix in (".csv", ".csv.gz"):
             table = pacsv.read_csv(path)
@@ -41,7 +47,11 @@ def read_jobs(path: Path) -> pd.DataFrame:
             raise DataError(f"{path}: unknown job file format '{suffix}'; use .csv, .parquet "
                             "or .jsonl")
     except (OSError, pa.ArrowInvalid) as exc:
-        raise DataError(f"{path}: cannot read jobs: {exc}") from None
+        raise DataError(f"{path}: cannot read jobs: {printable(str(exc))}") from None
+    for name in table.column_names:
+        if name in JOB_BOUNDS and pa.types.is_boolean(table.schema.field(name).type):
+            raise DataError(f"{path}: job field '{name}' must be a number, got true/false "
+                            "values")
     typed = jobs_frame(table.to_pylist())
     extra = [c for c in table.column_names if c not in typed.columns]
     return pd.concat([table.select(extra).to_pandas(), typed], axis=1) if extra else typed
@@ -68,6 +78,7 @@ def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
     and its 80% interval ``throughput_p10`` / ``throughput_p90``, and ``novelty`` (what
     history the family had on the type).
     """
+    check_jobs_frame(jobs)  # the one job validation: same types and ranges as every entry
     names = artifact.catalog.resolve(candidates)
     rows = expand_candidates(jobs, names)
     missing = [c for c in REQUEST_COLUMNS if c not in rows.columns]

@@ -136,17 +136,22 @@ def day_start(d: date | datetime) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=UTC)
 
 
-def default_as_of(store: Store) -> datetime:
-    """The day after the last full day in the store.
+def default_as_of(store: Store, now: datetime | None = None) -> datetime:
+    """The day after the last full day in the store, never after ``now``.
 
     The last day with attempts counts as full when its latest attempt is after 20:00 UTC;
-    otherwise that partial day becomes the as-of day (and is the held-out day).
+    otherwise that partial day becomes the as-of day (and is the held-out day). With ``now``
+    (the wall clock, passed by ``leap train``), attempts stamped after it are ignored, so one
+    row dated in the future cannot move training into an empty window.
     """
-    rng = store.time_range()
+    rng = store.time_range(until=now)
     if rng is None:
-        raise ModelError("the store has no attempts; ingest or simulate some first")
+        raise ModelError("the store has no attempts" + (
+            f" submitted before {now:%Y-%m-%d %H:%M} UTC" if now is not None else "")
+            + "; ingest or simulate some first (or pass --as-of)")
     last = rng[1].astimezone(UTC)
-    return day_start(last) + (timedelta(days=1) if last.hour >= 20 else timedelta(0))
+    as_of = day_start(last) + (timedelta(days=1) if last.hour >= 20 else timedelta(0))
+    return as_of if now is None else min(as_of, day_start(now))
 
 
 def load_attempts(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
@@ -517,7 +522,8 @@ def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
 def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
                   as_of: datetime | None = None, cfg: TrainConfig | None = None,
                   publish: bool = True, force: bool = False,
-                  progress: Progress | None = None) -> TrainResult:
+                  progress: Progress | None = None, now: datetime | None = None
+                  ) -> TrainResult:
     """Train on the window before ``as_of``, evaluate on its day, gate, and publish.
 
     Parameters
@@ -525,12 +531,14 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     store, catalog, registry
         Where attempts come from, the hardware catalog, and where models are published.
     as_of : datetime, optional
-        Start of the held-out day (UTC midnight); default :func:`default_as_of`.
+        Start of the held-out day (UTC midnight); default :func:`default_as_of` (with ``now``).
     cfg : TrainConfig, optional
     publish : bool
         Write and publish the artifact (False: train and evaluate only).
     force : bool
         Publish even when the quality gate refuses.
+    now : datetime, optional
+        The wall clock, for the default ``as_of``: attempts after it are ignored.
 
     Raises
     ------
@@ -543,7 +551,7 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     >>> # result = train_nightly(store, catalog, Registry(ws.models_dir))
     """
     cfg = cfg or TrainConfig()
-    as_of = day_start(as_of) if as_of is not None else default_as_of(store)
+    as_of = day_start(as_of) if as_of is not None else default_as_of(store, now)
     t_start = time.perf_counter()
     t0 = time.perf_counter()
     attempts = load_attempts(store, as_of - timedelta(days=cfg.window_days + cfg.lookback_days),

@@ -37,7 +37,9 @@ memory: history overrules the conservative estimate) and ``over_budget`` (``cost
 above ``max_cost_per_hour``). Flags: ``missing_family_history``, ``missing_hardware_history``
 (the family never ran on the type in the history window), ``memory_fit_unknown`` (no
 ``num_params``), ``utilization_above_peak`` (MFU > 1: check ``flops_per_sample``),
-``premium_kept_mfu``, ``premium_kept_speedup``.
+``premium_kept_mfu``, ``premium_kept_speedup``. When every candidate is left out the
+ranking is empty and ``reason`` is ``"no_eligible_type: ..."`` (an empty answer always says
+why; this one is not a failure and is not counted as fail-open).
 
 Objectives: ``value`` (default) sorts by value; ``throughput`` sorts by predicted throughput
 (fastest within an optional ``max_cost_per_hour`` budget). Ties break by name, so the order
@@ -46,7 +48,8 @@ never depends on the order of the candidates.
 Fail-open: any failure inside prediction (no model, a corrupt artifact, a bug, a non-finite
 prediction) gives ``RankResult(ranking=[], reason="<code>: <detail>")`` and is counted in
 :attr:`Ranker.fail_open_counts`; it never raises into the caller. Only with ``strict=True``
-does a bad *request* (a job field of the wrong type, an unknown hardware name) raise
+does a bad *request* (a job field of the wrong type or range, checked by the one validation
+of :mod:`leap.data.jobs`; an unknown hardware name) raise
 :class:`~leap.errors.DataError` / :class:`~leap.errors.CatalogError`: the HTTP layer turns
 those into 422. Reason codes: ``no_model``, ``invalid_request``, ``prediction_failed``.
 
@@ -71,7 +74,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog, Hardware
-from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS, PRECISIONS
+from leap.data.jobs import REQUIRED_JOB, check_job, check_jobs_frame
 from leap.errors import (
     ArtifactError,
     CatalogError,
@@ -105,14 +108,10 @@ EXCLUSION_REASONS: tuple[str, ...] = ("unknown_hardware", "invalid_cost", "does_
                                       "over_budget")
 DEFAULT_PREMIUM_MIN_SPEEDUP = 1.25
 
-_INT_FIELDS = frozenset(c for c in JOB_COLUMNS if str(ALL_COLUMNS[c]) == "int64")
-_STR_FIELDS = frozenset(c for c in JOB_COLUMNS if str(ALL_COLUMNS[c]) == "string")
-_REQUIRED_JOB = ("family_id", "model_type", "trainer_count", "batch_size")
+_REQUIRED_JOB = REQUIRED_JOB
 # Feature columns the ranker reads for its fit filter and history flags.
 _COL_MEM_FIT, _COL_FAM_N, _COL_FAM_HW_N = (FEATURE_NAMES.index(c)
                                            for c in ("mem_fit", "fam_n", "fam_hw_n"))
-# Identity fields of an attempt that a caller may send along with the job; never features.
-_IDENTITY = frozenset({"attempt_id", "submitted_at", "hardware"})
 
 
 # Results ----------------------------------------------------------------------------------
@@ -211,9 +210,9 @@ class PredictResult:
 def normalize_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Check a job's launch-time fields and return them typed, with the ignored field names.
 
-    Every :data:`~leap.data.schema.JOB_COLUMNS` key is in the result (``None`` when absent).
-    Outcome and unknown fields are ignored and returned in the second element, so a caller
-    can see a misspelt optional field.
+    The one validation every entry point uses (:func:`leap.data.jobs.check_job`): every
+    :data:`~leap.data.schema.JOB_COLUMNS` key is in the result (``None`` when absent); outcome
+    and unknown fields are ignored and returned in the second element.
 
     Raises
     ------
@@ -228,39 +227,7 @@ def normalize_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     >>> values["trainer_count"], ignored
     (2, ['status'])
     """
-    if not isinstance(job, Mapping):
-        raise DataError(f"job must be an object of launch-time fields, got {type(job).__name__}")
-    out: dict[str, Any] = dict.fromkeys(JOB_COLUMNS)
-    ignored = sorted(str(k) for k in job if k not in out and k not in _IDENTITY)
-    for name in _REQUIRED_JOB:
-        if job.get(name) is None:
-            raise DataError(f"job field '{name}' is required (the launch-time fields are "
-                            f"{', '.join(_REQUIRED_JOB)} plus optional architecture fields)")
-    for name in JOB_COLUMNS:
-        v = job.get(name)
-        if v is None:
-            continue
-        if name in _STR_FIELDS:
-            if not isinstance(v, str) or not v:
-                raise DataError(f"job field '{name}' must be a non-empty string, got {v!r}")
-            if name == "precision" and v not in PRECISIONS:
-                raise DataError(f"job field 'precision' must be one of {', '.join(PRECISIONS)}, "
-                                f"got {v!r}{did_you_mean(v, PRECISIONS)}")
-            out[name] = v
-        elif name in _INT_FIELDS:
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-                    or v != int(v):
-                raise DataError(f"job field '{name}' must be a whole number, got {v!r}")
-            if v < 1:
-                raise DataError(f"job field '{name}' must be >= 1, got {v!r}")
-            out[name] = int(v)
-        else:
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise DataError(f"job field '{name}' must be a finite number, got {v!r}")
-            if v < 0:
-                raise DataError(f"job field '{name}' must be >= 0, got {v!r}")
-            out[name] = float(v)
-    return out, ignored
+    return check_job(job)
 
 
 # The serving model and its hot reload -------------------------------------------------------
@@ -323,8 +290,11 @@ class ModelWatcher:
     :meth:`current` is cheap: at most every ``check_interval_s`` it stats the ``LATEST``
     file; when that changed it loads the new version fully (in a background thread unless
     ``background=False``) and then swaps one reference, so requests in flight finish on the
-    model they started with. A version that fails to load is logged and counted, and the
-    previous model keeps serving.
+    model they started with. A new version is first proven loadable and sane in a child
+    process (:meth:`Registry.load` with its probe), so a malformed model cannot crash the
+    server. A version that fails is refused: logged, counted (``reload_failures``), named in
+    ``refused_version`` / ``refused_reason``, and the previous model keeps serving. With
+    ``pin`` the watcher serves that one version and never follows ``LATEST``.
 
     Examples
     --------
@@ -333,8 +303,10 @@ class ModelWatcher:
 
     def __init__(self, registry: Registry, *, check_interval_s: float = 1.0,
                  background: bool = True,
-                 prepare: Callable[[Artifact], Serving] = Serving.prepare) -> None:
+                 prepare: Callable[[Artifact], Serving] = Serving.prepare,
+                 pin: str | None = None) -> None:
         self.registry = registry
+        self.pin = pin
         self.check_interval_s = check_interval_s
         self.background = background
         self._prepare = prepare
@@ -347,6 +319,8 @@ class ModelWatcher:
         self.error: str | None = None
         self.reloads = 0
         self.reload_failures = 0
+        self.refused_version: str | None = None
+        self.refused_reason: str | None = None
 
     def _latest_stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -358,6 +332,8 @@ class ModelWatcher:
 
     def current(self) -> Serving | None:
         """The model to serve now (checks for a new one at most every interval)."""
+        if self.pin is not None and self._stamp is not None:
+            return self._serving  # a pinned version is loaded (or refused) once
         now = time.monotonic()
         if now - self._last_check >= self.check_interval_s:
             self._last_check = now
@@ -393,7 +369,11 @@ class ModelWatcher:
             return self._load_locked(stamp)
 
     def _load_locked(self, stamp: tuple[int, int, int] | None) -> bool:
-        version = self.registry.latest_version() if stamp is not None else None
+        if self.pin is not None:
+            version: str | None = self.pin
+            stamp = stamp or (0, 0, 0)
+        else:
+            version = self.registry.latest_version() if stamp is not None else None
         if version is None:
             self._stamp = stamp
             if self._serving is None:
@@ -404,17 +384,22 @@ class ModelWatcher:
             self._stamp = stamp
             return False
         try:
+            # Registry.load proves the version in a child process first (load + probe), so
+            # a model that would crash LightGBM is refused here instead of killing us.
             serving = self._prepare(self.registry.load(version))
         except Exception as exc:  # a corrupt artifact can raise anything
             # (LightGBM, Arrow, JSON ...); serving must go on with the old model or fail open.
             self.reload_failures += 1
-            self.error = f"model version {version} failed to load: {_describe(exc)}"
+            self.refused_version = version
+            self.refused_reason = _describe(exc)
+            self.error = f"model version {version} failed to load: {self.refused_reason}"
             log.error("%s", self.error, exc_info=not isinstance(exc, LeapError))
             self._stamp = stamp  # retried only when LATEST changes again
             return False
         self._serving = serving
         self._stamp = stamp
         self.error = None
+        self.refused_version = self.refused_reason = None
         self.reloads += 1
         log.info("serving model %s", version)
         return True
@@ -433,7 +418,7 @@ def _check_objective(objective: str, max_cost_per_hour: float | None) -> None:
                           f"{objective!r}")
     if max_cost_per_hour is not None and not (
             isinstance(max_cost_per_hour, int | float) and not isinstance(max_cost_per_hour, bool)
-            and math.isfinite(max_cost_per_hour) and max_cost_per_hour > 0):
+            and 0 < max_cost_per_hour < math.inf):
         raise ConfigError(f"max_cost_per_hour must be a positive number, got "
                           f"{max_cost_per_hour!r}")
 
@@ -451,6 +436,8 @@ class _Static:
         self.error: str | None = None
         self.reloads = 1
         self.reload_failures = 0
+        self.refused_version: str | None = None
+        self.refused_reason: str | None = None
 
     def current(self) -> Serving | None:
         return self._serving
@@ -492,6 +479,9 @@ class Ranker:
         How often (at most) to look for a newly published model.
     background_reload : bool
         Load a new model in a background thread (requests keep the old one meanwhile).
+    version : str, optional
+        Serve this published version of the Registry (a name, never a path) instead of
+        following ``LATEST``. One that fails verification fails open (``no_model``).
 
     Examples
     --------
@@ -505,15 +495,20 @@ class Ranker:
                  min_utilization: Mapping[str, float] | None = None,
                  premium_min_speedup: float = DEFAULT_PREMIUM_MIN_SPEEDUP,
                  min_speedup: Mapping[str, float] | None = None, check_interval_s: float = 1.0,
-                 background_reload: bool = True) -> None:
+                 background_reload: bool = True, version: str | None = None) -> None:
         if isinstance(source, Path | str):
             source = Registry(Path(source))
         self.watcher: ModelWatcher | _Static
         if isinstance(source, Artifact):
+            if version is not None:
+                raise ConfigError("version= selects a version of a Registry; an Artifact is "
+                                  "already one version")
             self.watcher = _Static(source)
         else:
+            if version is not None:
+                source.path(version)  # a name in the models folder, or a clear error
             self.watcher = ModelWatcher(source, check_interval_s=check_interval_s,
-                                        background=background_reload)
+                                        background=background_reload, pin=version)
             self.watcher.refresh()
         self._configure(costs, min_utilization, premium_min_speedup, min_speedup)
         self._counts_lock = threading.Lock()
@@ -595,7 +590,9 @@ class Ranker:
         s = self.watcher.current()
         info: dict[str, Any] = {"version": None, "reason": None, "reloads": self.watcher.reloads,
                                 "reload_failures": self.watcher.reload_failures,
-                                "reload_error": self.watcher.error}
+                                "reload_error": self.watcher.error,
+                                "refused_version": self.watcher.refused_version,
+                                "refused_reason": self.watcher.refused_reason}
         if s is None:
             info["reason"] = f"no_model: {self.watcher.error or 'no model loaded'}"
             return info
@@ -668,11 +665,13 @@ class Ranker:
             if risk not in RISKS:
                 raise ConfigError(f"risk must be one of {', '.join(RISKS)}, got {risk!r}"
                                   f"{did_you_mean(str(risk), RISKS)}")
-        except LeapError as exc:
+        except Exception as exc:  # a bad request fails open; only `strict` raises it
+            err = exc if isinstance(exc, LeapError) else DataError(
+                f"invalid request: {_describe(exc)}")
             if strict:
-                raise
-            return self._empty(t0, version, objective,
-                               self.record_fail_open("invalid_request", str(exc)))
+                raise err from None
+            return self._empty(t0, version, objective if isinstance(objective, str) else
+                               "value", self.record_fail_open("invalid_request", str(err)))
         if serving is None:
             return self._empty(t0, None, objective, self.record_fail_open(
                 "no_model", self.watcher.error or "no model loaded"))
@@ -686,8 +685,12 @@ class Ranker:
                                self.record_fail_open("prediction_failed", _describe(exc)))
         excluded = sorted(unknown + excluded,
                           key=lambda e: (EXCLUSION_REASONS.index(e.reason), e.hardware))
+        # An empty answer always says why: every candidate was left out (see `excluded`).
+        reason = None if ranking else (
+            f"no_eligible_type: all {len(excluded)} candidate(s) were left out ("
+            + ", ".join(sorted({e.reason for e in excluded})) + "); see excluded")
         return RankResult(ranking=ranking, excluded=excluded, model_version=version,
-                          reason=None, objective=objective,
+                          reason=reason, objective=objective,
                           latency_ms=(time.perf_counter() - t0) * 1e3, ignored_fields=ignored,
                           risk=risk)
 
@@ -898,7 +901,16 @@ class Ranker:
             return PredictResult(pd.DataFrame(), version, reason,
                                  (time.perf_counter() - t0) * 1e3)
         try:
-            frame = jobs if isinstance(jobs, pd.DataFrame) else jobs_frame(list(jobs))
+            if isinstance(jobs, pd.DataFrame):
+                frame = check_jobs_frame(jobs)
+            else:
+                records = list(jobs)
+                for i, rec in enumerate(records):
+                    try:
+                        check_job(rec)
+                    except DataError as exc:
+                        raise DataError(f"jobs row {i}: {exc}") from None
+                frame = jobs_frame(records)
             if serving is None:
                 if strict and candidates is not None:
                     self._candidates(None, candidates, strict=True)
@@ -914,10 +926,12 @@ class Ranker:
             missing = [c for c in _REQUIRED_JOB if c not in frame.columns]
             if missing:
                 raise DataError(f"jobs lack required field(s) {', '.join(missing)}")
-        except LeapError as exc:
+        except Exception as exc:  # a bad request fails open; only `strict` raises it
+            err = exc if isinstance(exc, LeapError) else DataError(
+                f"invalid request: {_describe(exc)}")
             if strict:
-                raise
-            return empty(self.record_fail_open("invalid_request", str(exc)))
+                raise err from None
+            return empty(self.record_fail_open("invalid_request", str(err)))
         try:
             out = predict_frame(serving.artifact, frame, names)
             bad = ~np.isfinite(out["predicted_throughput"].to_numpy(dtype=np.float64))

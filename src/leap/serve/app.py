@@ -10,12 +10,21 @@ Endpoints: ``POST /v1/rank``, ``POST /v1/predict`` (batch), ``GET /healthz``,
   ``check_interval_s`` (on requests and from a background poll), loads a new version in a
   thread and swaps it in; requests in flight finish on the old model.
 * With a ``token`` every endpoint but ``/healthz`` needs ``Authorization: Bearer <token>``.
+* Bounded work: a body over ``max_body_bytes`` is a 413 (before it is parsed), a batch that
+  expands to more than ``max_predict_rows`` rows a 422, and ``/v1/predict`` calls beyond
+  ``max_concurrent_predicts`` at once a 429 with ``Retry-After``. A body that is not JSON text
+  at all is a 400 (FastAPI's), invalid JSON a 422. After each batch the process hands freed
+  memory back to the OS, so its size returns to its level after a burst.
+* A new model version that fails verification is refused: the old one keeps serving, and
+  ``/healthz`` (``refused_version``, ``refused_reason``) and ``/metrics`` say so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import hmac
 import json
 import time
@@ -29,6 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from leap import __version__
 from leap.errors import CatalogError, LeapError
@@ -54,11 +64,56 @@ PATHS = ("/v1/rank", "/v1/predict", "/healthz", "/v1/model", "/metrics", "/docs"
 OPEN_PATHS = frozenset({"/healthz"})
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1,
                      0.25, 0.5, 1.0, 2.5, 5.0)
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    422: {"model": ErrorResponse, "description": "A field is missing, malformed, or names "
-          "unknown hardware; `detail` says which and how to fix it."},
+DEFAULT_MAX_PREDICT_ROWS = 20_000
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # 10,000 jobs (the schema's most) with every field
+DEFAULT_MAX_CONCURRENT_PREDICTS = 2
+_AUTH: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "Missing or wrong bearer token."},
 }
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_AUTH,
+    400: {"model": ErrorResponse, "description": "The body cannot be read as text (e.g. not "
+          "UTF-8)."},
+    413: {"model": ErrorResponse, "description": "The body is larger than the server's limit "
+          "(leap serve --max-body-bytes)."},
+    422: {"model": ErrorResponse, "description": "A field is missing, malformed, or names "
+          "unknown hardware; `detail` says which and how to fix it."},
+}
+_PREDICT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    429: {"model": ErrorResponse, "description": "Too many batch predictions at once (leap "
+          "serve --max-concurrent-predicts); retry after the `Retry-After` seconds.",
+          "headers": {"Retry-After": {"description": "Seconds to wait before retrying.",
+                                      "schema": {"type": "integer"}}}},
+}
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+        return trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def release_memory() -> None:
+    """Hand freed memory back to the OS after a big batch: Python's garbage (cycles from the
+    request models), Arrow's pool (it keeps freed blocks for reuse) and glibc's heap pages
+    (kept by default)."""
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 class _RankerCollector(Collector):
@@ -86,19 +141,32 @@ class _RankerCollector(Collector):
         yield CounterMetricFamily("leap_model_reloads", "Models loaded (the first included)",
                                   value=w.reloads)
         yield CounterMetricFamily("leap_model_reload_failures", "Published versions that "
-                                  "failed to load (the previous model kept serving)",
-                                  value=w.reload_failures)
+                                  "failed to load or verify and were refused (the previous "
+                                  "model kept serving)", value=w.reload_failures)
+        refused = GaugeMetricFamily("leap_model_refused_info", "The last refused model "
+                                    "version (value 1; none after a good version loads)",
+                                    labels=["version"])
+        if w.refused_version is not None:
+            refused.add_metric([w.refused_version], 1.0)
+        yield refused
 
 
 class _Edge:
-    """Pure ASGI middleware: bearer-token check, request counts and latency per path."""
+    """Pure ASGI middleware: bearer-token check, body size limit, the concurrency limit of
+    ``/v1/predict``, request counts and latency per path."""
 
     def __init__(self, app: ASGIApp, *, token: str | None, requests: Counter,
-                 latency: Histogram) -> None:
+                 latency: Histogram, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 max_concurrent_predicts: int = DEFAULT_MAX_CONCURRENT_PREDICTS,
+                 retry_after_s: int = 1) -> None:
         self.app = app
         self.token = f"Bearer {token}".encode() if token else None
         self.requests = requests
         self.latency = latency
+        self.max_body_bytes = max_body_bytes
+        self.max_concurrent_predicts = max_concurrent_predicts
+        self.retry_after_s = retry_after_s
+        self.predicts_in_flight = 0  # touched on the event loop only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -113,21 +181,58 @@ class _Edge:
                 status[0] = message["status"]
             await send(message)
 
+        predict = scope["path"] == "/v1/predict"
+        counted = False
         try:
             if self.token is not None and scope["path"] not in OPEN_PATHS and \
                     not self._authorized(scope):
-                body = json.dumps({"detail": "missing or wrong bearer token: send the header "
-                                   "'Authorization: Bearer <token>' (leap serve --token / "
-                                   "LEAP_TOKEN)", "errors": []}).encode()
-                await send_status({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                    (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
+                await _error(send_status, 401, "missing or wrong bearer token: send the header "
+                             "'Authorization: Bearer <token>' (leap serve --token / "
+                             "LEAP_TOKEN)", [(b"www-authenticate", b"Bearer")])
                 return
-            await self.app(scope, receive, send_status)
+            if predict and self.predicts_in_flight >= self.max_concurrent_predicts:
+                await _error(send_status, 429, f"{self.predicts_in_flight} batch predictions "
+                             "are running, the most this server takes at once; retry after "
+                             f"{self.retry_after_s} s or send smaller batches",
+                             [(b"retry-after", str(self.retry_after_s).encode())])
+                return
+            if predict:
+                self.predicts_in_flight += 1
+                counted = True
+            body = await self._read_body(scope, receive)
+            if body is None:
+                await _error(send_status, 413, f"the request body is larger than "
+                             f"{self.max_body_bytes:,} bytes; send smaller batches")
+                return
+            await self.app(scope, _replay(body, receive), send_status)
         finally:
+            if counted:
+                self.predicts_in_flight -= 1
+                release_memory()
             self.requests.labels(path, scope.get("method", ""), str(status[0])).inc()
             self.latency.labels(path).observe(time.perf_counter() - t0)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> list[Message] | None:
+        """The request's body messages, or None as soon as it is over the limit."""
+        for key, value in scope.get("headers", ()):
+            if key == b"content-length":
+                try:
+                    if int(value) > self.max_body_bytes:
+                        return None
+                except ValueError:
+                    return None
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages
+            size += len(message.get("body", b""))
+            if size > self.max_body_bytes:
+                return None
+            if not message.get("more_body", False):
+                return messages
 
     def _authorized(self, scope: Scope) -> bool:
         assert self.token is not None
@@ -135,6 +240,26 @@ class _Edge:
             if key == b"authorization":
                 return hmac.compare_digest(value, self.token)
         return False
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    pending = list(messages)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()  # after the body: e.g. the client disconnecting
+
+    return replay
+
+
+async def _error(send: Send, status: int, detail: str,
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps({"detail": detail, "errors": []}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
@@ -146,8 +271,10 @@ def _field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
     return out
 
 
-def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: int = 200_000,
-               poll_interval_s: float = 1.0) -> FastAPI:
+def create_app(ranker: Ranker, *, token: str | None = None,
+               max_predict_rows: int = DEFAULT_MAX_PREDICT_ROWS, poll_interval_s: float = 1.0,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               max_concurrent_predicts: int = DEFAULT_MAX_CONCURRENT_PREDICTS) -> FastAPI:
     """The FastAPI app serving ``ranker`` (build the Ranker at the edge and pass it in).
 
     Parameters
@@ -157,9 +284,14 @@ def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: in
     token : str, optional
         Require ``Authorization: Bearer <token>`` on every endpoint but ``/healthz``.
     max_predict_rows : int
-        Largest (job, hardware) row count one ``/v1/predict`` call may ask for.
+        Largest (job, hardware) row count one ``/v1/predict`` call may ask for (422 beyond);
+        the default answers within about a second on one core.
     poll_interval_s : float
         How often a background task lets the watcher look for a new model.
+    max_body_bytes : int
+        Largest request body (413 beyond, before any parsing).
+    max_concurrent_predicts : int
+        ``/v1/predict`` calls served at once; more get a 429 with ``Retry-After``.
 
     Examples
     --------
@@ -202,6 +334,12 @@ def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: in
         return JSONResponse({"detail": detail or "invalid request", "errors": errors},
                             status_code=422)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # e.g. FastAPI's 400 for a body it cannot decode: the same ErrorResponse shape.
+        return JSONResponse({"detail": str(exc.detail), "errors": []},
+                            status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(LeapError)
     async def _leap_error(_: Request, exc: LeapError) -> JSONResponse:
         # Raised only for bad requests (strict mode): model failures fail open instead.
@@ -226,7 +364,7 @@ def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: in
                 "prediction_failed", f"{type(exc).__name__}: {exc}"), req.objective)
         return result.to_dict()
 
-    @app.post("/v1/predict", response_model=PredictResponse, responses=_ERRORS,
+    @app.post("/v1/predict", response_model=PredictResponse, responses=_PREDICT_ERRORS,
               tags=["predict"], summary="Predict samples/s for (job, hardware) rows")
     def predict(req: PredictRequest) -> Any:
         # A plain `def`: FastAPI runs it in a worker thread, so a large batch does not stall
@@ -250,6 +388,9 @@ def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: in
             body = result.frame[cols].to_json(orient="records", double_precision=15)
         else:
             body = "[]"
+        del result
+        # Trim from this worker thread too: its own malloc arena holds the batch's pages.
+        release_memory()
         return Response(head[:-1] + ', "predictions": ' + body + "}",
                         media_type="application/json")
 
@@ -257,20 +398,26 @@ def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: in
              summary="Liveness; 'degraded' when no model is loaded (answers fail open)")
     async def healthz() -> Any:
         version = ranker.model_version
+        w = ranker.watcher
+        refused = {"refused_version": w.refused_version, "refused_reason": w.refused_reason}
         if version is None:
             return {"status": "degraded", "model_version": None,
-                    "reason": f"no_model: {ranker.watcher.error or 'no model loaded'}"}
-        return {"status": "ok", "model_version": version, "reason": None}
+                    "reason": f"no_model: {w.error or 'no model loaded'}", **refused}
+        return {"status": "ok", "model_version": version, "reason": None, **refused}
 
-    @app.get("/v1/model", response_model=ModelInfo, tags=["ops"],
+    @app.get("/v1/model", response_model=ModelInfo, responses=_AUTH, tags=["ops"],
              summary="The serving model: version, training window, metrics")
     async def model_info() -> Any:
         return ranker.model_info()
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics",
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", responses={
+        **_AUTH, 200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {
+            "schema": {"type": "string"}}}, "description": "Prometheus text format"}},
              response_class=Response)
     async def prometheus() -> Response:
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(_Edge, token=token, requests=requests, latency=latency)
+    app.add_middleware(_Edge, token=token, requests=requests, latency=latency,
+                       max_body_bytes=max_body_bytes,
+                       max_concurrent_predicts=max_concurrent_predicts)
     return app

@@ -164,7 +164,8 @@ class LeapClient:
             return RankResponse.failed(self._counts.fail(
                 f"client_invalid_response: {exc.error_count()} problem(s) in the body"),
                 objective)
-        if out.reason is not None:
+        if out.reason is not None and not out.reason.startswith("no_eligible_type"):
+            # (an answer that left every candidate out is an answer, not a failure)
             self._counts.fail(f"server_{out.reason}")
         return out
 

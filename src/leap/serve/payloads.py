@@ -16,14 +16,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from leap.data.schema import JOB_BOUNDS, MAX_BATCH_SIZE, MAX_COUNT, MAX_SIZE
 
 HardwareName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 _Name = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 #: Bounds keep requests physical (and every derived number finite); far above any real job.
-_MAX_COUNT = 1_000_000
-_MAX_SIZE = 1e18
+#: They are the schema's (:data:`leap.data.schema.JOB_BOUNDS`), shared with every entry point.
+_MAX_COUNT = MAX_COUNT
+_MAX_SIZE = MAX_SIZE
+_NUMERIC_FIELDS = tuple(JOB_BOUNDS)
 
 _JOB_EXAMPLE: dict[str, Any] = {"family_id": "ads-ranker-daily", "model_type": "dlrm-large",
                 "model_category": "recommendation", "trainer_count": 4, "batch_size": 4096,
@@ -52,7 +56,8 @@ class Job(BaseModel):
                              "(history is keyed on it).")
     model_type: _Name = Field(description="Model architecture type.")
     trainer_count: int = Field(ge=1, le=_MAX_COUNT, description="Number of trainers (hosts).")
-    batch_size: int = Field(ge=1, le=10**12, description="Per-trainer batch size in samples.")
+    batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE,
+                            description="Per-trainer batch size in samples.")
     model_category: _Name | None = Field(None, description="e.g. recommendation, vision, llm.")
     num_params: float | None = _size("Model parameters.")
     flops_per_sample: float | None = _size("Training FLOPs per sample (forward + backward); "
@@ -69,6 +74,16 @@ class Job(BaseModel):
     data_parallel: int | None = _count("Data-parallel degree.")
     tensor_parallel: int | None = _count("Tensor-parallel degree.")
     pipeline_parallel: int | None = _count("Pipeline-parallel degree.")
+
+    @field_validator(*_NUMERIC_FIELDS, mode="before")
+    @classmethod
+    def _numbers_only(cls, v: Any) -> Any:
+        # JSON true/false and "4" are not numbers, as in the Python API and every other entry
+        # point (pydantic's lax mode would take them as 1 and 4).
+        if isinstance(v, bool | str):
+            kind = "boolean" if isinstance(v, bool) else "string"
+            raise ValueError(f"must be a number, not a {kind}")
+        return v
 
     def launch_fields(self) -> dict[str, Any]:
         """The set fields, extras included (what the ranker receives)."""
@@ -200,6 +215,11 @@ class Health(BaseModel):
                                               "answers fail open)")
     model_version: str | None = None
     reason: str | None = None
+    refused_version: str | None = Field(default=None, description="The last published version that "
+                                        "failed to load or verify and was refused (the "
+                                        "serving model kept serving); null once a good one "
+                                        "loads")
+    refused_reason: str | None = Field(default=None, description="Why refused_version was refused.")
 
 
 class ModelInfo(BaseModel):
@@ -222,6 +242,8 @@ class ModelInfo(BaseModel):
     reloads: int = 0
     reload_failures: int = 0
     reload_error: str | None = None
+    refused_version: str | None = None
+    refused_reason: str | None = None
 
 
 class FieldError(BaseModel):

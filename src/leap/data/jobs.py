@@ -1,0 +1,175 @@
+"""One validation of a job's launch-time fields, for every entry point alike.
+
+The CLI (``leap rank``, ``leap predict``), the Python API (:meth:`Ranker.rank`,
+:meth:`Ranker.predict`), the HTTP service and batch frames all check jobs here, against the
+schema (:data:`~leap.data.schema.JOB_COLUMNS`, :data:`~leap.data.schema.JOB_BOUNDS`): the same
+types (booleans are never numbers; NumPy scalars are numbers), the same ranges (counts >= 1,
+sizes >= 0, nothing non-finite), and messages that name the field (and the row of a batch).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from leap.data.schema import ALL_COLUMNS, JOB_BOUNDS, JOB_COLUMNS, PRECISIONS
+from leap.errors import DataError, did_you_mean
+
+#: The fields every job must have.
+REQUIRED_JOB: tuple[str, ...] = ("family_id", "model_type", "trainer_count", "batch_size")
+INT_FIELDS = frozenset(c for c in JOB_COLUMNS if ALL_COLUMNS[c] == pa.int64())
+STR_FIELDS = frozenset(c for c in JOB_COLUMNS if ALL_COLUMNS[c] == pa.string())
+#: Identity fields of an attempt that a caller may send along with the job; never features.
+IDENTITY = frozenset({"attempt_id", "submitted_at", "hardware"})
+
+
+def _fmt(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_value(name: str, v: Any) -> Any:
+    """``v`` as the typed value of job field ``name`` (``None`` stays ``None``).
+
+    Raises
+    ------
+    DataError
+        Wrong type (a boolean for a number, text for a count ...) or out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_value("trainer_count", np.int64(4))
+    4
+    >>> check_value("trainer_count", True)
+    Traceback (most recent call last):
+    ...
+    leap.errors.DataError: job field 'trainer_count' must be a whole number, got True
+    """
+    if v is None:
+        return None
+    if name in STR_FIELDS:
+        if not isinstance(v, str) or not v:
+            raise DataError(f"job field '{name}' must be a non-empty string, got {_fmt(v)}")
+        if name == "precision" and v not in PRECISIONS:
+            raise DataError(f"job field 'precision' must be one of {', '.join(PRECISIONS)}, "
+                            f"got {_fmt(v)}{did_you_mean(v, PRECISIONS)}")
+        return v
+    lo, hi = JOB_BOUNDS[name]
+    whole = name in INT_FIELDS
+    kind = "a whole number" if whole else "a finite number"
+    if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real):
+        raise DataError(f"job field '{name}' must be {kind}, got {_fmt(v)}")
+    if isinstance(v, numbers.Integral):
+        iv = int(v)
+        if not lo <= iv <= hi:
+            got = _fmt(iv) if abs(iv) < 10**20 else f"a number of {len(str(abs(iv)))} digits"
+            raise DataError(_range(name, iv < lo, lo, hi, got))
+        return iv if whole else float(iv)
+    fv = float(v)
+    if not math.isfinite(fv) or (whole and fv != int(fv)):
+        raise DataError(f"job field '{name}' must be {kind}, got {_fmt(v)}")
+    if not lo <= fv <= hi:
+        raise DataError(_range(name, fv < lo, lo, hi, _fmt(v)))
+    return int(fv) if whole else fv
+
+
+def _range(name: str, low: bool, lo: float, hi: float, got: str) -> str:
+    bound = f">= {lo:g}" if low else f"<= {hi:g} (far above any real job)"
+    return f"job field '{name}' must be {bound}, got {got}"
+
+
+def check_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Check a job's launch-time fields and return them typed, with the ignored field names.
+
+    Every :data:`~leap.data.schema.JOB_COLUMNS` key is in the result (``None`` when absent).
+    Outcome and unknown fields are ignored and returned in the second element, so a caller
+    can see a misspelt optional field.
+
+    Raises
+    ------
+    DataError
+        A required field is missing or a field has the wrong type or range; the message
+        names the field.
+
+    Examples
+    --------
+    >>> values, ignored = check_job({"family_id": "f1", "model_type": "resnet50",
+    ...                              "trainer_count": 2, "batch_size": 256, "status": "ok"})
+    >>> values["trainer_count"], ignored
+    (2, ['status'])
+    """
+    if not isinstance(job, Mapping):
+        raise DataError(f"job must be an object of launch-time fields, got {type(job).__name__}")
+    out: dict[str, Any] = dict.fromkeys(JOB_COLUMNS)
+    ignored = sorted(str(k) for k in job if k not in out and k not in IDENTITY)
+    for name in REQUIRED_JOB:
+        if job.get(name) is None:
+            raise DataError(f"job field '{name}' is required (the launch-time fields are "
+                            f"{', '.join(REQUIRED_JOB)} plus optional architecture fields)")
+    for name in JOB_COLUMNS:
+        out[name] = check_value(name, job.get(name))
+    return out, ignored
+
+
+def check_jobs_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Check a batch of jobs (one per row) with the rules of :func:`check_job`.
+
+    Missing values (``None``/``NaN``) are allowed in optional columns only; the message of a
+    bad value names the field and its row (0-based, in frame order).
+
+    Raises
+    ------
+    DataError
+        The first bad value, e.g. ``jobs row 3: job field 'trainer_count' must be within
+        [1, 1e+06], got -4``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> ok = check_jobs_frame(pd.DataFrame({"family_id": ["f"], "model_type": ["m"],
+    ...                                     "trainer_count": [2], "batch_size": [8]}))
+    """
+    missing = [c for c in REQUIRED_JOB if c not in frame.columns]
+    if missing:
+        raise DataError(f"jobs lack required field(s) {', '.join(missing)}")
+    for name in [c for c in JOB_COLUMNS if c in frame.columns]:
+        col = frame[name]
+        null = col.isna().to_numpy()
+        if name in REQUIRED_JOB and null.any():
+            row = int(np.flatnonzero(null)[0])
+            raise DataError(f"jobs row {row}: job field '{name}' is required")
+        if name in STR_FIELDS or col.dtype == object or pd.api.types.is_bool_dtype(col):
+            _check_each(name, col, null)
+            continue
+        if not pd.api.types.is_numeric_dtype(col):
+            raise DataError(f"jobs: job field '{name}' must be numeric, got column type "
+                            f"{col.dtype}")
+        values = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        lo, hi = JOB_BOUNDS[name]
+        present = ~null
+        bad = present & ~(np.isfinite(values) & (values >= lo) & (values <= hi))
+        if name in INT_FIELDS:
+            bad |= present & np.isfinite(values) & (values != np.round(values))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            _check_each(name, col.iloc[row:row + 1], null[row:row + 1], offset=row)
+            raise DataError(f"jobs row {row}: job field '{name}' must be within [{lo:g}, "
+                            f"{hi:g}], got {_fmt(col.iloc[row])}")  # (check_value said so)
+    return frame
+
+
+def _check_each(name: str, col: pd.Series, null: np.ndarray, offset: int = 0) -> None:
+    for i, (v, is_null) in enumerate(zip(col.tolist(), null.tolist(), strict=True)):
+        if is_null:
+            continue
+        try:
+            check_value(name, v)
+        except DataError as exc:
+            raise DataError(f"jobs row {offset + i}: {exc}") from None
