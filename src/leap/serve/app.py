@@ -216,7 +216,8 @@ def create_app(ranker: Ranker, *, token: str | None = None, max_predict_rows: in
         job = req.job.launch_fields()
         try:
             result = ranker.rank(job, req.candidates, objective=req.objective,
-                                 max_cost_per_hour=req.max_cost_per_hour, strict=True)
+                                 max_cost_per_hour=req.max_cost_per_hour, strict=True,
+                                 free_devices=req.free_devices)
         except LeapError:
             raise
         except Exception as exc:  # fail-open: Ranker.rank never raises, but a bug around it

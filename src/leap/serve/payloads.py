@@ -92,6 +92,10 @@ class RankRequest(BaseModel):
     max_cost_per_hour: float | None = Field(
         None, gt=0, le=1e12, allow_inf_nan=False,
         description="Budget: types whose cost per hour exceeds it are excluded.")
+    free_devices: dict[HardwareName, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = \
+        Field(None, max_length=1024, description="Devices of each type free for this job now "
+              "(optional, e.g. from the scheduler). A type with fewer than the job needs is "
+              "kept, flagged no_free_devices, after every type with room.")
 
 
 class RankedTypeOut(BaseModel):
