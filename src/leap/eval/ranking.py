@@ -18,10 +18,11 @@ Per job and method (an ordered list of types):
     (so a list that leaves good types out is penalised; the ideal list has them all).
 
 LEAP's list comes from :func:`leap_rankings`, the ONE place evaluation calls the ranker (the
-impact study uses it too). A job LEAP gives no ranking (fail-open, or every candidate
-excluded) has no pick: it counts against LEAP's coverage and the quality figures are over
-the jobs LEAP ranked; every method is scored on that same set. A type whose true
-throughput is NaN (it would not run) has value 0.
+impact study uses it too; :func:`availability_rankings` is its variant for advice that is told
+each type's free devices at the moment a job arrives). A job LEAP gives no ranking
+(fail-open, or every candidate excluded) has no pick: it counts against LEAP's coverage and
+the quality figures are over the jobs LEAP ranked; every method is scored on that same set. A
+type whose true throughput is NaN (it would not run) has value 0.
 """
 
 from __future__ import annotations
@@ -128,6 +129,39 @@ def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Seque
         if progress and (done % 200 == 0 or done == total):
             progress(done, total)
     return [answers[k] for k in keys]
+
+
+def availability_rankings(ranker: Ranker, jobs: pd.DataFrame,
+                          candidates: Sequence[Sequence[str]]
+                          ) -> Callable[[int, Mapping[str, float]], RankResult]:
+    """``rank(i, free_devices)``: LEAP's answer for job ``i`` told each type's free devices.
+
+    The ranker only asks whether a type has room for the job (free devices >= the job's
+    devices), so answers are shared between identical requests with the same types full.
+
+    Examples
+    --------
+    >>> # rank = availability_rankings(ranker, day_jobs, cands)
+    >>> # rank(0, {"A40": 0.0, "L4": 64.0}).ranking[0].hardware  -> 'L4'
+    """
+    if len(candidates) != len(jobs):
+        raise DataError(f"got {len(candidates)} candidate lists for {len(jobs)} jobs; pass one "
+                        "list per job")
+    requests = job_requests(jobs)
+    devices = job_devices(jobs)
+    answers: dict[Any, RankResult] = {}
+
+    def rank(i: int, free_devices: Mapping[str, float]) -> RankResult:
+        cands = list(candidates[i])
+        if not cands:
+            return _no_candidates()
+        full = tuple(n for n in cands if not free_devices.get(n, math.inf) >= devices[i])
+        key = (tuple(sorted(requests[i].items())), tuple(cands), full)
+        if key not in answers:
+            answers[key] = ranker.rank(requests[i], cands, free_devices=dict(free_devices))
+        return answers[key]
+
+    return rank
 
 
 def _no_candidates() -> RankResult:
