@@ -144,11 +144,14 @@ def replay(problem: DayProblem, advice: Sequence[Sequence[int]] | AdviceFn | Non
     n = len(problem.home)
     room = problem.budget.astype(np.float64).copy()
     queue = np.zeros_like(room)
+    used = np.zeros_like(room)
     hw = np.empty(n, dtype=np.int64)
     kind = np.empty(n, dtype=np.int64)
     delay = np.zeros(n)
     demand = problem.demand
     hourly = np.maximum(problem.budget, 1e-12) / 24.0
+    # Float sums of the same bookings in another order must still fit the budget.
+    tol = 1e-9 * problem.budget + 1e-12
     for j in range(n):
         if advice is None:
             prefs: Sequence[int] = ()
@@ -161,8 +164,9 @@ def replay(problem: DayProblem, advice: Sequence[Sequence[int]] | AdviceFn | Non
         placed = False
         for pos, t in enumerate(prefs):
             d = demand[j, t]
-            if d <= room[t]:
+            if d <= room[t] + tol[t]:
                 room[t] -= d
+                used[t] += d
                 hw[j], kind[j] = t, (ON_ADVICE if pos == 0 else DISPLACED)
                 placed = True
                 break
@@ -171,14 +175,15 @@ def replay(problem: DayProblem, advice: Sequence[Sequence[int]] | AdviceFn | Non
         h = int(problem.home[j])
         d = demand[j, h]
         hw[j] = h
-        if d <= room[h]:
+        if d <= room[h] + tol[h]:
             room[h] -= d
+            used[h] += d
             kind[j] = HOME
         else:
             queue[h] += d
             kind[j] = WAITING
             delay[j] = queue[h] / hourly[h]
-    return Replay(hardware=hw, kind=kind, delay_hours=delay, used=problem.budget - room)
+    return Replay(hardware=hw, kind=kind, delay_hours=delay, used=used)
 
 
 @dataclass(frozen=True)
