@@ -27,7 +27,13 @@ from leap.eval.impact import (
     summarize,
     top_choice_table,
 )
-from leap.eval.ranking import oracle_order, true_values
+from leap.eval.ranking import (
+    availability_rankings,
+    eligible_names,
+    leap_rankings,
+    oracle_order,
+    true_values,
+)
 from leap.eval.replay import KINDS, DayProblem, optimum, replay
 from leap.model.artifact import Registry
 from leap.model.train import load_attempts
@@ -243,6 +249,22 @@ def test_advice_is_followed_and_the_figures_are_consistent(study: dict[str, Any]
     assert sum(b["attempts"] for b in leap["bands"].values()) == study["n_attempts"]
     rows = top_choice_table(study)
     assert [r["arm"] for r in rows] == list(ARMS)
+
+
+def test_the_folded_answers_equal_the_rankers_own(trained_workspace: Workspace,
+                                                  day: tuple[DayArms, Fleet]) -> None:
+    d, fleet = day
+    ranker = Ranker(Registry(trained_workspace.models_dir).load())
+    jobs = d.jobs.iloc[:40].reset_index(drop=True)
+    cands = eligible_names(fleet, jobs, list(d.problem.names))
+    folded = availability_rankings(ranker, jobs, cands, leap_rankings(ranker, jobs, cands))
+    asked = availability_rankings(ranker, jobs, cands)
+    rng = np.random.default_rng(0)
+    for i in range(len(jobs)):
+        free = {n: float(rng.choice([0.0, 1e9])) for n in cands[i]}
+        a, b = folded(i, free), asked(i, free)
+        assert [(r.hardware, r.flags) for r in a.ranking] == \
+            [(r.hardware, r.flags) for r in b.ranking]
 
 
 def test_impact_errors(trained_workspace: Workspace) -> None:

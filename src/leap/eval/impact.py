@@ -165,7 +165,7 @@ def replay_day(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalog,
     placements = {"baseline": replay(problem),
                   "leap": replay(problem, leap_adv, depth=advice_depth)}
     if aware_arm:
-        rank = availability_rankings(ranker, jobs, cands)
+        rank = availability_rankings(ranker, jobs, cands, results)
         per_device_hours = problem.demand / np.maximum(problem.devices, 1e-12)[:, None]
 
         def aware(j: int, room: np.ndarray) -> list[int]:

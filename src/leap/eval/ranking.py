@@ -27,6 +27,7 @@ type whose true throughput is NaN (it would not run) has value 0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -132,34 +133,43 @@ def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Seque
 
 
 def availability_rankings(ranker: Ranker, jobs: pd.DataFrame,
-                          candidates: Sequence[Sequence[str]]
+                          candidates: Sequence[Sequence[str]],
+                          answers: Sequence[RankResult] | None = None
                           ) -> Callable[[int, Mapping[str, float]], RankResult]:
     """``rank(i, free_devices)``: LEAP's answer for job ``i`` told each type's free devices.
 
-    The ranker only asks whether a type has room for the job (free devices >= the job's
-    devices), so answers are shared between identical requests with the same types full.
+    With ``answers`` (this job list's :func:`leap_rankings`), the ranker's own availability
+    fold (:func:`leap.rank.ranker.fold_availability`, the last step of
+    ``Ranker.rank(..., free_devices=)``) is applied to them: the same answer without predicting
+    again. Without, the ranker is called, once per request and set of full types.
 
     Examples
     --------
-    >>> # rank = availability_rankings(ranker, day_jobs, cands)
+    >>> # rank = availability_rankings(ranker, day_jobs, cands, leap_rankings(...))
     >>> # rank(0, {"A40": 0.0, "L4": 64.0}).ranking[0].hardware  -> 'L4'
     """
-    if len(candidates) != len(jobs):
+    from leap.rank.ranker import fold_availability
+
+    if len(candidates) != len(jobs) or (answers is not None and len(answers) != len(jobs)):
         raise DataError(f"got {len(candidates)} candidate lists for {len(jobs)} jobs; pass one "
-                        "list per job")
+                        "list (and one answer) per job")
     requests = job_requests(jobs)
     devices = job_devices(jobs)
-    answers: dict[Any, RankResult] = {}
+    cache: dict[Any, RankResult] = {}
 
     def rank(i: int, free_devices: Mapping[str, float]) -> RankResult:
         cands = list(candidates[i])
         if not cands:
             return _no_candidates()
+        if answers is not None:
+            a = answers[i]
+            return a if not a.ranking else dataclasses.replace(
+                a, ranking=fold_availability(a.ranking, free_devices))
         full = tuple(n for n in cands if not free_devices.get(n, math.inf) >= devices[i])
         key = (tuple(sorted(requests[i].items())), tuple(cands), full)
-        if key not in answers:
-            answers[key] = ranker.rank(requests[i], cands, free_devices=dict(free_devices))
-        return answers[key]
+        if key not in cache:
+            cache[key] = ranker.rank(requests[i], cands, free_devices=dict(free_devices))
+        return cache[key]
 
     return rank
 
