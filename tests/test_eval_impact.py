@@ -226,6 +226,10 @@ def test_parts_sum_to_the_total_and_the_optimum_bounds_every_arm(
     costs = arm_costs_by_day([d])
     assert costs["optimum"][0].total.sum() == pytest.approx(d.optimum.cost, rel=1e-9)
     assert d.optimum.cost <= min(c[0].total.sum() for c in costs.values()) * (1 + 1e-7)
+    # Nobody waiting is a stricter target: dearer than the bound, never dearer than no advice.
+    assert (d.within_budget.wait_share == 0).all()
+    assert d.optimum.cost <= d.within_budget.cost * (1 + 1e-7)
+    assert d.within_budget.cost <= d.problem.baseline_cost.sum() * (1 + 1e-7)
     hl = study["headline"]
     assert hl["optimum_saving"] == pytest.approx(-study["arms"]["optimum"]["cost_change"])
     assert hl["optimum_saving"] > 0  # the budgets leave room to save

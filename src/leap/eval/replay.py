@@ -198,7 +198,8 @@ class Optimum:
     status: str
 
 
-def optimum(problem: DayProblem, *, delay_cost_weight: float = 1.0) -> Optimum:
+def optimum(problem: DayProblem, *, delay_cost_weight: float = 1.0,
+            allow_wait: bool = True) -> Optimum:
     """Minimum-cost fractional assignment under the day's budgets (SciPy ``linprog``/HiGHS).
 
     Parameters
@@ -206,11 +207,16 @@ def optimum(problem: DayProblem, *, delay_cost_weight: float = 1.0) -> Optimum:
     problem : DayProblem
     delay_cost_weight : float
         Cost of an hour of delay per device-hour of the job's home price.
+    allow_wait : bool
+        Offer each attempt the option of waiting for home. Without it, every attempt is
+        served within the day's budgets (always feasible: the recorded placement fits); that
+        optimum is not a bound on replays in which attempts wait, but a stricter target.
 
     Returns
     -------
     Optimum
-        A lower bound on the cost of any replay of the problem (see the module docstring).
+        With waiting allowed, a lower bound on the cost of any replay of the problem (see
+        the module docstring).
 
     Raises
     ------
@@ -246,8 +252,11 @@ def optimum(problem: DayProblem, *, delay_cost_weight: float = 1.0) -> Optimum:
                       shape=(t, m + n)).tocsr()
     # Scale to keep HiGHS's tolerances meaningful for costs of very different sizes.
     scale = max(float(np.median(c)), 1e-12)
+    upper = np.ones(m + n)
+    if not allow_wait:
+        upper[m:] = 0.0
     res = linprog(c / scale, A_ub=a_ub, b_ub=problem.budget, A_eq=a_eq, b_eq=np.ones(n),
-                  bounds=(0.0, 1.0), method="highs")
+                  bounds=np.column_stack([np.zeros(m + n), upper]), method="highs")
     if res.status != 0 or res.x is None:
         raise DataError(f"the capacity-aware optimum failed: {res.message}")
     x = np.clip(res.x, 0.0, 1.0)

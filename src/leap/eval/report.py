@@ -362,6 +362,9 @@ def impact_tables(im: Mapping[str, Any]) -> list[Table]:
                          pct(h["first_choice_attempts"]), pct(h["first_choice_gpu_hours"]),
                          _signed_pct(h["saving"]), pct(h["share_of_optimum"])))
     head.append(("LP optimum", "", "", "", _signed_pct(hl["optimum_saving"]), "100.0%"))
+    if "optimum_within_budget_saving" in hl:
+        head.append(("LP optimum, nobody waits", "", "", "",
+                     _signed_pct(hl["optimum_within_budget_saving"]), ""))
     tables = [Table(
         "impact", f"impact: {', '.join(im['days'])}, {im['n_attempts']:,} attempts, no-advice "
         f"cost {_money(im['baseline_cost'])}; advice depth {im['advice_depth']}, delay cost "
