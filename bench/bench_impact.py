@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[2, 3, 4])
     ap.add_argument("--per-day", type=int, default=5000, help="attempts per simulated day")
     ap.add_argument("--days", type=int, default=3, help="days replayed per seed")
+    ap.add_argument("--name", default="bench_impact", help="result file name (without .json)")
     ap.add_argument("--history", type=int, default=33, help="days simulated before the first "
                     "replayed day (the model trains on the last 30)")
     args = ap.parse_args()
@@ -92,7 +93,7 @@ def main() -> None:
         arms = r["arms"]
         print(f"seed {r['seed']}: {r['n_attempts']:,} attempts over {len(r['days'])} days in "
               f"{r['study_wall_s']:.0f} s; optimum saves {100 * r['optimum_saving']:.1f}%; "
-              + "; ".join(f"{n} {-100 * arms[n]['cost_change']:+.1f}% "
+              + "; ".join(f"{n} saves {-100 * arms[n]['cost_change']:.1f}% "
                           f"({100 * arms[n]['share_of_optimum']:.0f}% of it)" for n in ARMS))
     per_day = {n: [d["cost_change"] for r in runs for d in r["arms"][n]["per_day"]]
                for n in [*ARMS, "optimum"]}
@@ -119,14 +120,14 @@ def main() -> None:
            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                        "load_avg_1m": os.getloadavg()[0]}}
     s = summary
-    print(f"across seeds (min/median/max): optimum saves "
+    print(f"savings across seeds (min/median/max): optimum "
           f"{s['optimum_saving']['min']:.1%}/{s['optimum_saving']['median']:.1%}/"
           f"{s['optimum_saving']['max']:.1%}; leap "
           f"{s['leap_saving']['min']:+.1%}/{s['leap_saving']['median']:+.1%}/"
           f"{s['leap_saving']['max']:+.1%}; leap told free devices "
           f"{s['leap_aware_saving']['min']:+.1%}/{s['leap_aware_saving']['median']:+.1%}/"
           f"{s['leap_aware_saving']['max']:+.1%}")
-    write_result("bench_impact", out)
+    write_result(args.name, out)
 
 
 if __name__ == "__main__":
