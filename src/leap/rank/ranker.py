@@ -428,7 +428,8 @@ def _check_free_devices(free_devices: Mapping[str, float] | None) -> None:
         raise DataError(f"free_devices must map hardware names to device counts, got "
                         f"{free_devices!r}")
     for name, n in free_devices.items():
-        if not isinstance(n, int | float) or isinstance(n, bool) or not n >= 0:
+        if not isinstance(n, int | float | np.integer | np.floating) or isinstance(n, bool) \
+                or not n >= 0:
             raise DataError(f"free_devices['{name}'] must be a number >= 0, got {n!r}")
 
 
