@@ -418,10 +418,15 @@ def plot_impact(impact: Mapping[str, Any], path: Path) -> None:
         ax1.bar(x, v, 0.6, bottom=bottom, color=f"C{i}", label=kind)
         pos += np.maximum(v, 0)
         neg += np.minimum(v, 0)
-    for xi, a in zip(x, arms, strict=True):
-        c = impact["arms"][a]["cost_change"]
+    totals = [impact["arms"][a]["cost_change"] for a in arms]
+    ax1.scatter(x, [100 * c for c in totals], marker="D", color="k", zorder=3,
+                label="total")
+    for xi, c in zip(x, totals, strict=True):
         ax1.annotate(_signed_pct(c), (xi, max(pos[xi], 0)), ha="center", va="bottom",
                      fontsize=9, xytext=(0, 2), textcoords="offset points")
+    t100 = [100 * c for c in totals if math.isfinite(c)]
+    lo, hi = min([*neg, *t100, 0.0]), max([*pos, *t100, 0.0])
+    ax1.set_ylim(lo - 0.05 * (hi - lo + 1), hi + 0.12 * (hi - lo + 1))
     ax1.axhline(0, color="k", lw=0.8)
     ax1.set_xticks(x, labels, rotation=15)
     ax1.set_ylabel("cost change against no advice (%)")
