@@ -48,15 +48,19 @@ def test_report_writes_page_plots_and_every_number(report_dir: Path) -> None:
     assert len(data["backtest"]["nights"]) == 2
     assert data["lookup"]["day"] == "2026-01-12"
     assert data["ranking"]["n_sampled"] == 40
-    assert set(data["impact"]["arms"]) == {"baseline", "leap", "oracle"}
+    assert set(data["impact"]["arms"]) == {"baseline", "leap", "leap_aware", "greedy_oracle",
+                                           "optimum"}
+    assert data["impact"]["headline"]["optimum_saving"] > 0
     assert any("kept by the backtest" in n for n in data["notes"])
     assert "Ranking quality against the oracle" in page and "Impact" in page
+    assert "LP optimum" in page and "greedy oracle" in page and "of the optimum" in page
 
 
 def test_report_tables_cover_each_study(report_dir: Path) -> None:
     data = json.loads((report_dir / "report.json").read_text())
     keys = [t.key for t in report_tables(data)]
-    assert keys == ["backtest", "nights", "lookup", "ranking", "impact"]
+    assert keys == ["backtest", "nights", "lookup", "ranking", "impact", "impact_parts",
+                    "impact_bands"]
     with pytest.raises(ConfigError, match="nothing to report"):
         write_report(report_dir / "empty")
 
@@ -86,7 +90,10 @@ def test_experiment_commands_use_the_published_model(fresh_copy: Workspace) -> N
     ranking = json.loads(leap(fresh_copy, "experiment", "ranking", "--sample", "30", "--json"))
     assert ranking["n_sampled"] == 30
     impact = leap(fresh_copy, "experiment", "impact", "--advice-depth", "1")
-    assert "LEAP advice" in impact
+    assert "LEAP advice" in impact and "LP optimum" in impact
+    data = json.loads(leap(fresh_copy, "experiment", "impact", "--json", "--delay-cost", "0"))
+    assert data["delay_cost_weight"] == 0.0 and data["wall_s"] > 0
+    assert data["arms"]["leap"]["cost_change"] == data["arms"]["leap"]["fleet_cost_change"]
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:

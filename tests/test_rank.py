@@ -591,3 +591,32 @@ def test_cli_rank_errors(trained_workspace: Workspace, tmp_path: Path,
     assert "Example: leap serve" in _cli(trained_workspace, "serve", "--help").output
     res = _cli(trained_workspace, "serve", "--host", "0.0.0.0")
     assert res.exit_code == 1 and "--token" in res.output
+
+
+def test_free_devices_put_types_without_room_last(ranker: Ranker,
+                                                  jobs: list[dict[str, Any]]) -> None:
+    cands = ["H100-SXM", "L4", "T4", "A100-SXM4-80GB"]
+    for job in jobs[:4]:
+        plain = ranker.rank(job, cands)
+        order = [r.hardware for r in plain.ranking]
+        devices = plain.ranking[0].devices
+        # Plenty of room everywhere (or nothing said): the same list, no flag.
+        roomy = ranker.rank(job, cands, free_devices=dict.fromkeys(cands, 1e9))
+        assert [r.hardware for r in roomy.ranking] == order
+        assert all("no_free_devices" not in r.flags for r in roomy.ranking)
+        # The best type is full: it goes last, flagged, with its value unchanged.
+        told = ranker.rank(job, cands, free_devices={**dict.fromkeys(cands, devices),
+                                                  order[0]: devices - 1})
+        assert [r.hardware for r in told.ranking] == [*order[1:], order[0]]
+        assert told.ranking[-1].flags[-1] == "no_free_devices"
+        assert told.ranking[-1].value == plain.ranking[0].value
+
+
+def test_bad_free_devices_fail_open_or_raise_when_strict(ranker: Ranker,
+                                                         jobs: list[dict[str, Any]]) -> None:
+    bad = ranker.rank(jobs[0], ["L4"], free_devices={"L4": -1.0})
+    assert bad.ranking == [] and bad.reason is not None
+    assert bad.reason.startswith("invalid_request: free_devices['L4'] must be a number >= 0")
+    with pytest.raises(DataError, match="must be a number >= 0"):
+        ranker.rank(jobs[0], ["L4"], free_devices={"L4": "many"},  # type: ignore[dict-item]
+                    strict=True)

@@ -93,6 +93,18 @@ def test_rank_endpoint_matches_the_library(http: httpx.Client, ranker: Ranker,  
         local.ranking[0].value)
 
 
+def test_rank_with_free_devices(http: httpx.Client, ranker: Ranker,  # noqa: F811
+                                jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    cands = ["H100-SXM", "L4", "T4", "B200"]
+    plain = [r.hardware for r in ranker.rank(jobs[0], cands).ranking]
+    resp = http.post("/v1/rank", json={"job": jobs[0], "candidates": cands,
+                                       "free_devices": {plain[0]: 0}})
+    assert resp.status_code == 200
+    body = resp.json()
+    assert [e["hardware"] for e in body["ranking"]] == [*plain[1:], plain[0]]
+    assert "no_free_devices" in body["ranking"][-1]["flags"]
+
+
 def test_rank_reports_ignored_fields_and_objective(http: httpx.Client,
                                                    jobs: list[dict[str, Any]]) -> None:  # noqa: F811
     resp = http.post("/v1/rank", json={"job": {**jobs[0], "throughput": 1.0, "typo_field": 2},
@@ -175,6 +187,8 @@ def test_metrics(http: httpx.Client, ranker: Ranker,  # noqa: F811
       "objective": "cheapest"}, "objective"),
     ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1},
       "max_cost_per_hour": -1}, "max_cost_per_hour"),
+    ({"job": {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 1},
+      "free_devices": {"L4": -2}}, "free_devices"),
     ([1, 2], "body"),
     ({}, "job"),
 ])

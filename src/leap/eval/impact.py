@@ -1,39 +1,35 @@
-"""Impact study: replay days through the capacity-limited scheduler with and without advice.
+"""Impact study: will advice save money? Replay days under capacity that matches the work.
 
-Every attempt of the replayed days is placed three times by the simulator's
-:class:`~leap.sim.scheduler.CapacityScheduler`, under the same daily device-hour budgets:
+Each replayed day is one :class:`~leap.eval.replay.DayProblem` (the capacity model is in
+:mod:`leap.eval.replay`: an attempt books the device-hours it really uses on the chosen type,
+the same samples at that type's true throughput; one that finds no room waits for its home
+type). Arms, all on the same attempts and the same daily budgets:
 
 ``baseline``
-    no advice (reproduces the stored placements: checked and reported);
+    no advice: every attempt on its recorded type (the replay reproduces history).
 ``leap``
-    LEAP's preference list of the job's eligible types (first available choice);
-``oracle``
-    the types ordered by true value (the best any advice could do under capacity).
+    LEAP's preference list (its first ``advice_depth`` types), then the home type.
+``leap_aware``
+    the same, but the ranker is told each type's free devices when the attempt arrives
+    (``Ranker.rank(..., free_devices=)``): types without room go to the end of the list.
+``greedy_oracle``
+    the types by true value, best first (same depth): greedy, blind to capacity.
+``optimum``
+    the minimum-cost assignment of the day's attempts under the budgets (a linear program):
+    the most any advice could save.
 
-Then each arm is scored on the attempts that succeeded in history (their run time is known),
-with the oracle's true median throughput of the type the arm chose (the replay moves jobs
-to types they never ran on). Two cost views:
-
-``fixed_time``
-    each attempt runs its recorded ``duration_hours`` wherever it lands:
-    cost = devices x hours x cost_per_device_hour, samples = true samples/s x hours x 3600;
-``fixed_work``
-    each attempt processes the samples it processed in the baseline arm; its hours on the
-    arm's type are ``samples / (true samples/s x 3600)``. Total samples are equal across
-    arms, so the total costs compare directly (the paper's "fleet cost" view).
-
-An attempt placed on a type its shape does not fit (true throughput NaN, it would run out
-of memory) processes nothing: in ``fixed_time`` it costs its hours; in ``fixed_work`` it
-costs its hours plus the baseline cost of redoing its work. Counted as ``not_fit``.
-
-Coverage is the share of attempts (and of device-hours, "GPU-hours") with at least one
-eligible type that received a non-empty LEAP ranking.
+Every attempt is scored with the oracle's true median throughput, in the *same work* view
+(the paper's fleet cost): ``cost = device-hours booked x cost_per_device_hour``; an attempt
+that waits costs its baseline plus the delay cost. Figures are changes against the baseline
+total, split by placement kind (the parts sum to the total), with the top contributors,
+trimmed and per-size-band figures, and per-day spread.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,117 +37,249 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.errors import DataError
-from leap.eval.baselines import gpu_hours, job_devices
-from leap.eval.ranking import eligible_names, leap_rankings, oracle_order, true_values
+from leap.eval.baselines import job_devices
+from leap.eval.ranking import (
+    availability_rankings,
+    eligible_names,
+    leap_rankings,
+    true_throughputs,
+)
+from leap.eval.replay import KINDS, WAITING, DayProblem, Optimum, Replay, optimum, replay
 
 if TYPE_CHECKING:
     from leap.rank.ranker import Ranker
     from leap.sim.fleet import Fleet
-    from leap.sim.scheduler import Placement
 
-ARMS: tuple[str, ...] = ("baseline", "leap", "oracle")
+#: Arms of the study, in report order.
+ARMS: tuple[str, ...] = ("baseline", "leap", "leap_aware", "greedy_oracle", "optimum")
+#: The paper's figures (coverage, first choice in attempts and GPU-hours, cost saving).
+PAPER: dict[str, float] = {"coverage": 0.95, "first_choice_attempts": 0.199,
+                           "first_choice_gpu_hours": 0.300, "cost_saving": 0.03}
+#: Job-size bands (devices) of the per-band figures.
+BANDS: tuple[tuple[str, float, float], ...] = (("1", 1, 1), ("2-8", 2, 8), ("9-64", 9, 64),
+                                               ("65+", 65, math.inf))
+TRIM_SHARE = 0.01
+TOP_CONTRIBUTORS = 10
 Progress = Callable[[str, int, int], None]
 
 
-def _share(mask: np.ndarray, weights: np.ndarray | None = None) -> float:
-    w = np.ones(len(mask)) if weights is None else weights
-    total = float(w.sum())
-    return float((w * mask).sum() / total) if total > 0 else math.nan
-
-
-def arm_costs(fleet: Fleet, jobs: pd.DataFrame, hardware: np.ndarray, costs: Catalog,
-              baseline_samples: np.ndarray | None = None,
-              baseline_cost: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Per-attempt true throughput, cost and samples of one arm (see the module docstring).
+# Building the day -------------------------------------------------------------------------------
+def day_problem(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[str]],
+                costs: Catalog, names: Sequence[str]) -> tuple[DayProblem, np.ndarray]:
+    """One day's :class:`DayProblem` and the true throughput matrix (NaN: not allowed).
 
     Parameters
     ----------
     fleet : Fleet
-        The oracle.
+        The oracle and the capacity of the day.
     jobs : pandas.DataFrame
-        Succeeded attempts (``duration_hours`` is their full run time).
-    hardware : numpy.ndarray of str
-        The type the arm placed each attempt on.
+        The day's attempts (all statuses), in submission order.
+    candidates : sequence of sequences of str
+        Each attempt's eligible types (besides its home type).
     costs : Catalog
         Prices.
-    baseline_samples, baseline_cost : numpy.ndarray, optional
-        The baseline arm's samples and fixed-time cost per attempt (for ``fixed_work``);
-        omitted for the baseline arm itself.
-
-    Returns
-    -------
-    dict of numpy.ndarray
-        ``samples_per_s``, ``price`` (per device-hour), ``devices``, ``hours``, ``cost_fixed_time``,
-        ``samples_fixed_time``, ``cost_fixed_work``, ``not_fit``.
+    names : sequence of str
+        The types (columns); must include every attempt's recorded type.
 
     Examples
     --------
-    >>> # arm_costs(fleet, succeeded, placement.hardware[ok], Catalog.default())
+    >>> # problem, tp = day_problem(fleet, day, eligible_names(fleet, day, names), cat, names)
     """
+    index = {n: i for i, n in enumerate(names)}
+    recorded = jobs["hardware"].astype(str).tolist()
+    missing = sorted({h for h in recorded if h not in index})
+    if missing:
+        raise DataError(f"impact study: recorded hardware {missing} is not in the cost catalog "
+                        "and the fleet; add its price to the catalog")
+    home = np.array([index[h] for h in recorded], dtype=np.int64)
+    allowed = [list(dict.fromkeys([h, *c])) for h, c in zip(recorded, candidates, strict=True)]
+    n, t = len(jobs), len(names)
+    tp = np.full((n, t), np.nan)
+    for j, row in enumerate(true_throughputs(fleet, jobs, allowed)):
+        for name, v in row.items():
+            tp[j, index[name]] = v
+    devices = job_devices(jobs)
     hours = np.nan_to_num(pd.to_numeric(jobs["duration_hours"], errors="coerce")
                           .astype("float64").to_numpy()) if "duration_hours" in jobs.columns \
-        else np.zeros(len(jobs))
-    devices = job_devices(jobs)
-    at = jobs["submitted_at"].to_numpy()
-    tp = fleet.true_throughput(jobs.reset_index(drop=True), np.asarray(hardware, dtype=object),
-                               at) if len(jobs) else np.empty(0)
-    price = np.array([costs[str(h)].cost_per_device_hour for h in hardware], dtype=np.float64)
-    not_fit = ~np.isfinite(tp)
-    cost_time = devices * hours * price
-    samples = np.where(not_fit, 0.0, np.nan_to_num(tp) * hours * 3600.0)
-    if baseline_samples is None:
-        baseline_samples = samples
-        baseline_cost = cost_time
-    assert baseline_cost is not None
+        else np.zeros(n)
+    rows = np.arange(n)
+    tp_home = tp[rows, home]
     with np.errstate(divide="ignore", invalid="ignore"):
-        work_hours = np.where(not_fit, 0.0, baseline_samples / (np.nan_to_num(tp) * 3600.0))
-    work_hours = np.where(np.isfinite(work_hours), work_hours, 0.0)
-    cost_work = np.where(not_fit, cost_time + baseline_cost, devices * work_hours * price)
-    return {"samples_per_s": tp, "price": price, "devices": devices, "hours": hours,
-            "cost_fixed_time": cost_time, "samples_fixed_time": samples,
-            "cost_fixed_work": cost_work, "not_fit": not_fit}
+        ratio = tp_home[:, None] / tp
+    ok = np.isfinite(ratio) & (ratio > 0)
+    demand = np.where(ok, (devices * hours)[:, None] * np.where(ok, ratio, 1.0), np.inf)
+    # Home is always allowed; an attempt that could not run at home (NaN) stays home.
+    demand[rows, home] = devices * hours
+    demand[~np.isfinite(tp_home)] = np.inf
+    demand[rows, home] = devices * hours
+    price = np.array([costs[nm].cost_per_device_hour for nm in names], dtype=np.float64)
+    day = fleet.day_of(jobs["submitted_at"].to_numpy()[:1])[0] if n else 0
+    cap = dict(zip(fleet.hardware_names, fleet.capacity_device_hours(int(day)), strict=True))
+    capacity = np.array([cap.get(nm, 0.0) for nm in names])
+    used = np.bincount(home, devices * hours, minlength=t)
+    # A hair above what history used, so that float sums replay it exactly.
+    budget = np.maximum(capacity, used * (1 + 1e-9) + 1e-9)
+    return DayProblem(names=tuple(names), home=home, devices=devices, demand=demand,
+                      price=price, budget=budget), tp
 
 
+@dataclass(frozen=True)
+class DayArms:
+    """One replayed day: the problem, each arm's placement and the optimum."""
+
+    day: str
+    jobs: pd.DataFrame
+    problem: DayProblem
+    tp: np.ndarray
+    placements: dict[str, Replay]
+    optimum: Optimum
+    within_budget: Optimum        # the optimum with every attempt served within the day
+    leap_first: np.ndarray        # LEAP's first choice (type index; -1: no ranking)
+    ranked: np.ndarray            # LEAP gave a non-empty ranking
+    has_candidates: np.ndarray
+    unranked_reasons: dict[str, int]
+
+
+def replay_day(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalog, *,
+               advice_depth: int | None = 3, delay_cost_weight: float = 1.0,
+               aware_arm: bool = True) -> DayArms:
+    """Replay one day's attempts in every arm (see the module docstring).
+
+    Examples
+    --------
+    >>> # d = replay_day(Ranker(art), fleet, day_attempts, art.catalog)
+    >>> # d.placements["leap"].kind
+    """
+    from leap.eval.ranking import oracle_order, true_values
+
+    jobs = jobs.sort_values(["submitted_at", "attempt_id"], kind="stable").reset_index(drop=True)
+    model_known = set(ranker.serving.artifact.catalog) if ranker.serving else set(costs)
+    names = [n for n in fleet.hardware_names if n in costs]
+    known = [n for n in names if n in model_known]
+    cands = eligible_names(fleet, jobs, known)
+    problem, tp = day_problem(fleet, jobs, cands, costs, names)
+    index = {n: i for i, n in enumerate(names)}
+    results = leap_rankings(ranker, jobs, cands)
+    leap_adv = [[index[r.hardware] for r in res.ranking] for res in results]
+    oracle_adv = [[index[n] for n in oracle_order(v)]
+                  for v in true_values(fleet, jobs, cands, costs)]
+    placements = {"baseline": replay(problem),
+                  "leap": replay(problem, leap_adv, depth=advice_depth)}
+    if aware_arm:
+        rank = availability_rankings(ranker, jobs, cands, results)
+        per_device_hours = problem.demand / np.maximum(problem.devices, 1e-12)[:, None]
+
+        def aware(j: int, room: np.ndarray) -> list[int]:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                free = {n: float(room[index[n]] / per_device_hours[j, index[n]])
+                        if per_device_hours[j, index[n]] > 0 else math.inf for n in cands[j]}
+            return [index[r.hardware] for r in rank(j, free).ranking]
+
+        placements["leap_aware"] = replay(problem, aware, depth=advice_depth)
+    placements["greedy_oracle"] = replay(problem, oracle_adv, depth=advice_depth)
+    reasons = pd.Series([r.reason.split(":")[0] for r in results if r.reason],
+                        dtype=object).value_counts()
+    day = pd.to_datetime(jobs["submitted_at"].iloc[0], utc=True).strftime("%Y-%m-%d")
+    return DayArms(day=day, jobs=jobs, problem=problem, tp=tp, placements=placements,
+                   optimum=optimum(problem, delay_cost_weight=delay_cost_weight),
+                   within_budget=optimum(problem, allow_wait=False),
+                   leap_first=np.array([a[0] if a else -1 for a in leap_adv], dtype=np.int64),
+                   ranked=np.array([len(a) > 0 for a in leap_adv], dtype=bool),
+                   has_candidates=np.array([len(c) > 0 for c in cands], dtype=bool),
+                   unranked_reasons={str(k): int(v) for k, v in reasons.items()})
+
+
+# Per-attempt figures ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArmCosts:
+    """Per-attempt figures of one arm on one day (arrays in the day's row order)."""
+
+    cost: np.ndarray           # fleet cost, same work (waiting: the baseline cost)
+    delay_cost: np.ndarray
+    kind: np.ndarray           # str: a KINDS entry, or for the optimum moved/home/waiting
+    hardware: np.ndarray       # type index (optimum: its largest share)
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.cost + self.delay_cost
+
+
+def replay_costs(problem: DayProblem, placed: Replay, *, delay_cost_weight: float = 1.0
+                 ) -> ArmCosts:
+    """Cost per attempt of one replay (see the module docstring of :mod:`leap.eval.replay`).
+
+    Examples
+    --------
+    >>> # c = replay_costs(d.problem, d.placements["leap"]); c.total.sum()
+    """
+    rows = np.arange(len(problem.home))
+    cost = problem.cost[rows, placed.hardware]
+    delay = delay_cost_weight * problem.devices * problem.price[problem.home] \
+        * placed.delay_hours
+    return ArmCosts(cost=cost, delay_cost=np.where(placed.kind == WAITING, delay, 0.0),
+                    kind=np.asarray(KINDS, dtype=object)[placed.kind],
+                    hardware=placed.hardware)
+
+
+def optimum_costs(problem: DayProblem, opt: Optimum, *, delay_cost_weight: float = 1.0
+                  ) -> ArmCosts:
+    """Per-attempt (expected, for fractional shares) cost of the optimum.
+
+    Examples
+    --------
+    >>> # optimum_costs(d.problem, d.optimum).total.sum()  == d.optimum.cost (to rounding)
+    """
+    n = len(problem.home)
+    rows = np.arange(n)
+    cost_m = np.where(np.isfinite(problem.cost), problem.cost, 0.0)
+    base = problem.baseline_cost
+    cost = (opt.share * cost_m).sum(axis=1) + opt.wait_share * base
+    delay = opt.wait_share * delay_cost_weight * problem.devices \
+        * problem.price[problem.home] * problem.min_delay_hours()
+    hw = np.argmax(opt.share, axis=1) if n else np.zeros(0, dtype=np.int64)
+    moved = 1.0 - opt.share[rows, problem.home] - opt.wait_share
+    kind = np.where(opt.wait_share > 0.5, "waiting", np.where(moved > 0.5, "moved", "home"))
+    return ArmCosts(cost=cost, delay_cost=delay, kind=kind.astype(object),
+                    hardware=np.where(opt.wait_share > 0.5, problem.home, hw))
+
+
+# The study --------------------------------------------------------------------------------------
 def impact_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalog, *,
-                 advice_depth: int | None = 3, oracle_arm: bool = True,
-                 sweep_depths: Sequence[int | None] = (1, 3, None),
-                 progress: Progress | None = None) -> dict[str, Any]:
-    """Replay ``jobs`` (whole days of attempts) without advice, with LEAP's, and with the oracle's.
+                 advice_depth: int | None = 3, delay_cost_weight: float = 1.0,
+                 aware_arm: bool = True, progress: Progress | None = None) -> dict[str, Any]:
+    """Replay ``jobs`` (whole days of attempts) in every arm and summarise (module docstring).
 
     Parameters
     ----------
     ranker : Ranker
         LEAP's ranker (a model trained before the first replayed day).
     fleet : Fleet
-        The simulated fleet of the store (scheduler and oracle).
+        The simulated fleet of the store (oracle and capacity).
     jobs : pandas.DataFrame
-        Every attempt of the replayed days, all statuses (they compete for capacity).
+        Every attempt of the replayed days, all statuses (they all need capacity).
     costs : Catalog
         Prices (the ranker's cost catalog).
     advice_depth : int or None
-        How many of the list's first types the scheduler tries before its usual choices
-        (None: the whole list). A full list sends a job that finds its good types full to
-        any eligible type, however slow; a short one falls back to the job's home types.
-    oracle_arm : bool
-        Also replay with the oracle's value order as advice (same depth).
-    sweep_depths : sequence of int or None
-        Depths also replayed for LEAP and the oracle (``depth_sweep`` in the result).
+        How many of the list's first types the scheduler tries before the home type
+        (None: the whole list).
+    delay_cost_weight : float
+        Cost of an hour of delay of a waiting attempt, per device-hour of its home price.
+    aware_arm : bool
+        Also replay LEAP told the free devices of each type (``leap_aware``).
     progress : callable, optional
         ``progress(stage, done, total)``.
 
     Returns
     -------
     dict
-        ``coverage`` (attempt and GPU-hour shares ranked), per arm the ``top_choice`` shares,
-        ``placement`` breakdown, totals in both cost views and their changes against the
-        baseline; ``depth_sweep``; ``replay_matches_history``; the definitions.
+        ``headline`` (the optimum's saving, each arm's saving and share of it, coverage and
+        first-choice shares beside the paper's), per arm its totals, ``parts`` by placement
+        kind, ``top_contributors``, ``trimmed``, ``bands`` and ``per_day``; the definitions.
 
     Examples
     --------
     >>> # impact_study(Ranker(wm.artifact), Fleet.from_store(store), day_attempts, catalog)
     """
-    from leap.sim.scheduler import CapacityScheduler
-
     if len(jobs) == 0:
         raise DataError("no attempts to replay; pick days the store has (see `leap stats`)")
     for col in ("attempt_id", "submitted_at", "status", "hardware"):
@@ -160,162 +288,256 @@ def impact_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalo
     if advice_depth is not None and advice_depth < 1:
         raise DataError(f"advice_depth must be >= 1 (or None for the whole list), got "
                         f"{advice_depth}")
-    jobs = jobs.sort_values(["submitted_at", "attempt_id"], kind="stable").reset_index(drop=True)
-    model_known = set(ranker.serving.artifact.catalog) if ranker.serving else set(costs)
-    known = [n for n in fleet.hardware_names if n in costs and n in model_known]
-    cands = eligible_names(fleet, jobs, known)
-    results = leap_rankings(ranker, jobs, cands,
-                            None if progress is None else (lambda d, t: progress("rank", d, t)))
-    lists = {"leap": [[r.hardware for r in res.ranking] for res in results]}
-    if oracle_arm:
-        lists["oracle"] = [oracle_order(v) for v in true_values(fleet, jobs, cands, costs)]
-    top = np.array([a[0] if a else "" for a in lists["leap"]], dtype=object)
-    best = np.array([a[0] if a else "" for a in lists["oracle"]], dtype=object) \
-        if oracle_arm else np.full(len(jobs), "", dtype=object)
-
-    hours_all = gpu_hours(jobs)
-    has_cands = np.array([len(c) > 0 for c in cands], dtype=bool)
-    ranked = np.array([len(a) > 0 for a in lists["leap"]], dtype=bool)
-    ok = (jobs["status"] == "succeeded").to_numpy()
-    succeeded = jobs[ok].reset_index(drop=True)
-    scheduler = CapacityScheduler(fleet)
-
-    base_place = scheduler.place(jobs)
-    base_cost = arm_costs(fleet, succeeded, base_place.hardware[ok], costs)
-
-    def score(placed: Placement) -> dict[str, Any]:
-        hw = placed.hardware.astype(object)
-        c = arm_costs(fleet, succeeded, hw[ok], costs, base_cost["samples_fixed_time"],
-                      base_cost["cost_fixed_time"])
-        return _arm_summary(c, base_cost, hw, placed, top, ranked, best, hours_all,
-                            oracle_arm)
-
-    plan = [("baseline", None, None)] + [(name, name, advice_depth) for name in lists]
-    plan += [(f"{name}@{d or 'all'}", name, d) for name in lists for d in sweep_depths
-             if d != advice_depth]
-    arms: dict[str, Any] = {}
-    for step, (label, source, depth) in enumerate(plan):
+    if not delay_cost_weight >= 0:
+        raise DataError(f"delay_cost_weight must be >= 0, got {delay_cost_weight}")
+    day_key = pd.to_datetime(jobs["submitted_at"], utc=True).dt.strftime("%Y-%m-%d")
+    days = sorted(day_key.unique().tolist())
+    out_days: list[DayArms] = []
+    for i, d in enumerate(days):
         if progress:
-            progress("replay", step, len(plan))
-        if source is None:
-            arms[label] = score(base_place)
-            continue
-        advice = [a[:depth] if depth else a for a in lists[source]]
-        arms[label] = score(scheduler.place(jobs, advice=advice)) | {
-            "advice_depth": depth or "all"}
+            progress("day", i, len(days))
+        out_days.append(replay_day(ranker, fleet, jobs[day_key == d], costs,
+                                   advice_depth=advice_depth,
+                                   delay_cost_weight=delay_cost_weight, aware_arm=aware_arm))
     if progress:
-        progress("replay", len(plan), len(plan))
-    main = {k: v for k, v in arms.items() if "@" not in k}
-    sweep = {k: {"advice_depth": v.get("advice_depth"),
-                 "top_choice_attempts": v["top_choice_attempts"],
-                 "top_choice_gpu_hours": v["top_choice_gpu_hours"],
-                 "cost_change_fixed_work": v["fixed_work"]["total_cost_change"],
-                 "value_ratio_geomean_gpu_hours": v["value_ratio_geomean_gpu_hours"],
-                 "cost_per_sample_change_fixed_time": v["fixed_time"]["cost_per_sample_change"]}
-             for k, v in arms.items() if k != "baseline"}
+        progress("day", len(days), len(days))
+    return summarize(out_days, delay_cost_weight=delay_cost_weight,
+                     advice_depth=advice_depth)
 
-    history = jobs["hardware"].astype(str).to_numpy()
-    days = pd.to_datetime(jobs["submitted_at"], utc=True).dt.strftime("%Y-%m-%d")
-    reasons = pd.Series([r.reason.split(":")[0] for r in results if r.reason],
-                        dtype=object).value_counts()
+
+def arm_costs_by_day(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0
+                     ) -> dict[str, list[ArmCosts]]:
+    """Per arm, the per-attempt costs of each day (the optimum's expected ones).
+
+    Examples
+    --------
+    >>> # arm_costs_by_day(days)["leap"][0].total.sum()
+    """
+    arms: dict[str, list[ArmCosts]] = {}
+    for d in days:
+        for name, placed in d.placements.items():
+            arms.setdefault(name, []).append(
+                replay_costs(d.problem, placed, delay_cost_weight=delay_cost_weight))
+        arms.setdefault("optimum", []).append(
+            optimum_costs(d.problem, d.optimum, delay_cost_weight=delay_cost_weight))
+    return arms
+
+
+def summarize(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0,
+              advice_depth: int | None = 3) -> dict[str, Any]:
+    """The study's JSON-ready figures from replayed days (see :func:`impact_study`).
+
+    Examples
+    --------
+    >>> # summarize([replay_day(ranker, fleet, day, catalog)])["headline"]
+    """
+    costs = arm_costs_by_day(days, delay_cost_weight=delay_cost_weight)
+    base = np.concatenate([d.problem.baseline_cost for d in days])
+    gpu_h = np.concatenate([d.problem.demand[np.arange(len(d.problem.home)), d.problem.home]
+                            for d in days])
+    devices = np.concatenate([d.problem.devices for d in days])
+    ranked = np.concatenate([d.ranked for d in days])
+    has = np.concatenate([d.has_candidates for d in days])
+    leap_first = np.concatenate([d.leap_first for d in days])
+    ids = pd.concat([d.jobs["attempt_id"] for d in days], ignore_index=True).astype(str)
+    names = days[0].problem.names
+    home = np.concatenate([d.problem.home for d in days])
+    base_total = float(base.sum())
+
+    arms: dict[str, Any] = {}
+    for name in ARMS:
+        if name not in costs:
+            continue
+        c = costs[name]
+        changes = [_change(float(x.total.sum()), float(d.problem.baseline_cost.sum()))
+                   for d, x in zip(days, c, strict=True)]
+        per_day = [{"day": d.day, "cost_change": v} for d, v in zip(days, changes, strict=True)]
+        arms[name] = _arm_summary(
+            cost=np.concatenate([x.cost for x in c]),
+            delay=np.concatenate([x.delay_cost for x in c]),
+            kind=np.concatenate([x.kind for x in c]),
+            hw=np.concatenate([x.hardware for x in c]),
+            base=base, gpu_h=gpu_h, devices=devices, leap_first=leap_first, ranked=ranked,
+            ids=ids, names=names, home=home) | {"per_day": per_day,
+                                                "spread": _spread(changes)}
+        if name != "optimum":
+            arms[name]["herding"] = _herding(days, name)
+    reasons: dict[str, int] = {}
+    for d in days:
+        for k, v in d.unranked_reasons.items():
+            reasons[k] = reasons.get(k, 0) + v
+    coverage = {"attempts": _share(ranked[has]), "gpu_hours": _share(ranked[has], gpu_h[has]),
+                "eligible_attempts": int(has.sum()), "unranked_reasons": reasons}
+    opt_saving = -arms["optimum"]["cost_change"]
+    strict = -_change(sum(d.within_budget.cost for d in days), base_total)
+    headline: dict[str, Any] = {
+        "optimum_saving": opt_saving,
+        "optimum_within_budget_saving": strict,
+        "coverage": coverage["attempts"], "coverage_gpu_hours": coverage["gpu_hours"],
+        "paper": PAPER,
+    }
+    for name in ("leap", "leap_aware", "greedy_oracle"):
+        if name in arms:
+            saving = -arms[name]["cost_change"]
+            headline[name] = {
+                "saving": saving,
+                "share_of_optimum": saving / opt_saving if opt_saving > 0 else math.nan,
+                "share_of_optimum_within_budget": saving / strict if strict > 0 else math.nan,
+                "fleet_saving": -arms[name]["fleet_cost_change"],
+                "first_choice_attempts": arms[name]["first_choice_attempts"],
+                "first_choice_gpu_hours": arms[name]["first_choice_gpu_hours"]}
     return {
-        "days": sorted(days.unique().tolist()),
-        "n_attempts": len(jobs),
-        "n_succeeded": int(ok.sum()),
-        "gpu_hours": float(hours_all.sum()),
+        "days": [d.day for d in days],
+        "n_attempts": len(base),
+        "gpu_hours": float(gpu_h.sum()),
         "advice_depth": advice_depth or "all",
-        "coverage": {
-            "attempts": _share(ranked[has_cands]),
-            "gpu_hours": _share(ranked[has_cands], hours_all[has_cands]),
-            "eligible_attempts": int(has_cands.sum()),
-            "unranked_reasons": {str(k): int(v) for k, v in reasons.items()},
-        },
-        "replay_matches_history": _share(base_place.hardware.astype(str) == history),
-        "arms": main,
-        "depth_sweep": sweep,
+        "delay_cost_weight": delay_cost_weight,
+        "baseline_cost": base_total,
+        "optimum_status": sorted({d.optimum.status for d in days}),
+        "headline": headline,
+        "coverage": coverage,
+        "budget_device_hours": float(sum(d.problem.budget.sum() for d in days)),
+        "arms": arms,
         "currency": "catalog cost units (USD in the default catalog)",
-        "definitions": {
-            "coverage": "share of attempts (GPU-hours) with an eligible type that got a "
-                        "non-empty LEAP ranking",
-            "top_choice": "share of all attempts (GPU-hours) placed on LEAP's first choice",
-            "advice_depth": "types of the list the scheduler tries before the job's home "
-                            "types",
-            "fixed_time": "each succeeded attempt runs its recorded hours on the chosen type",
-            "fixed_work": "each succeeded attempt processes its baseline samples on the chosen "
-                          "type; hours = samples / true throughput",
-            "gpu_hours": "devices x recorded duration_hours",
-        },
+        "definitions": DEFINITIONS,
     }
 
 
-def _arm_summary(c: dict[str, np.ndarray], base: dict[str, np.ndarray], hw: np.ndarray,
-                 placed: Placement, top: np.ndarray, ranked: np.ndarray, best: np.ndarray,
-                 hours_all: np.ndarray, oracle_arm: bool) -> dict[str, Any]:
-    on_top = (hw == top) & ranked
-    on_best = (hw == best) & (best != "")
-    cost_t = float(c["cost_fixed_time"].sum())
-    samples_t = float(c["samples_fixed_time"].sum())
-    cost_w = float(c["cost_fixed_work"].sum())
-    base_t = float(base["cost_fixed_time"].sum())
-    base_samples = float(base["samples_fixed_time"].sum())
-    per_m_t = 1e6 * cost_t / samples_t if samples_t > 0 else math.nan
-    # Per attempt: true value on the arm's type over that on the baseline's (devices cancel).
-    # Robust to the heavy tail that dominates the totals (one 2,000-device job can).
+DEFINITIONS: dict[str, str] = {
+    "capacity": "an attempt books devices x its recorded hours x (true samples/s at home / "
+                "on the type): the same work; each type offers max(fleet capacity, what "
+                "history ran on it) device-hours a day",
+    "cost": "fleet cost for the same work (device-hours booked x cost per device-hour), "
+            "plus the delay cost of waiting attempts; changes are against no advice",
+    "kinds": "on_advice: the arm's first advised type; displaced: a lower advised type (the "
+             "ones above were full); home: the recorded type; waiting: no room, queued for "
+             "the home type (delay = queued device-hours up to it / hourly budget); for the "
+             "optimum, moved: mostly off its home type",
+    "delay_cost": "delay hours x devices x home cost per device-hour x delay_cost_weight",
+    "optimum": "linear program: minimum cost of the day's attempts under the budgets, with "
+               "waiting priced at its smallest delay; a bound on any advice",
+    "optimum_within_budget": "the same linear program without waiting (every attempt served "
+                             "within the day): a stricter target, not a bound",
+    "greedy_oracle": "types by true value, best first, blind to capacity",
+    "leap_aware": "LEAP told each type's free devices when the attempt arrives",
+    "coverage": "share of attempts (GPU-hours) with an eligible type that got a ranking",
+    "first_choice": "share of all attempts (GPU-hours) placed on the first type of the advice "
+                    "they got",
+    "trimmed": f"the change without the {TRIM_SHARE:.0%} of attempts with the largest "
+               "baseline cost",
+    "gpu_hours": "devices x recorded duration_hours",
+}
+
+
+def _change(total: float, base: float) -> float:
+    return total / base - 1.0 if base > 0 else math.nan
+
+
+def _share(mask: np.ndarray, weights: np.ndarray | None = None) -> float:
+    w = np.ones(len(mask)) if weights is None else weights
+    total = float(w.sum())
+    return float((w * mask).sum() / total) if total > 0 else math.nan
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    v = np.asarray(values, dtype=float)
+    return {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max())} \
+        if len(v) else {}
+
+
+def _arm_summary(*, cost: np.ndarray, delay: np.ndarray, kind: np.ndarray, hw: np.ndarray,
+                 base: np.ndarray, gpu_h: np.ndarray, devices: np.ndarray,
+                 leap_first: np.ndarray, ranked: np.ndarray, ids: pd.Series,
+                 names: Sequence[str], home: np.ndarray) -> dict[str, Any]:
+    base_total = float(base.sum())
+    total = cost + delay
+    delta = total - base
+    first = kind == "on_advice"
+    on_top = (hw == leap_first) & ranked
+    parts = {str(k): float(delta[kind == k].sum() / base_total) if base_total > 0 else math.nan
+             for k in [*KINDS, "moved"] if (kind == k).any()}
+    counts = {str(k): int((kind == k).sum()) for k in [*KINDS, "moved"] if (kind == k).any()}
+    order = np.argsort(-np.abs(delta), kind="stable")[:TOP_CONTRIBUTORS]
+    top = [{"attempt_id": str(ids.iloc[i]), "devices": int(devices[i]),
+            "home": names[home[i]], "placed": names[hw[i]], "kind": str(kind[i]),
+            "cost_change": float(delta[i]),
+            "share_of_baseline": float(delta[i] / base_total) if base_total > 0 else math.nan}
+           for i in order if delta[i] != 0]
+    n_trim = math.ceil(TRIM_SHARE * len(base))
+    keep = np.ones(len(base), dtype=bool)
+    keep[np.argsort(-base, kind="stable")[:n_trim]] = False
+    bands = {}
+    for label, lo, hi in BANDS:
+        m = (devices >= lo) & (devices <= hi)
+        if m.any():
+            bands[label] = {"attempts": int(m.sum()), "baseline_cost": float(base[m].sum()),
+                            "cost_change": _change(float(total[m].sum()), float(base[m].sum()))}
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = (c["samples_per_s"] / c["price"]) / (base["samples_per_s"] / base["price"])
-    runs = np.isfinite(ratio) & (ratio > 0)
-    w = base["hours"] * base["devices"]
-    log_r = np.log(np.where(runs, ratio, 1.0))
-    base_per_m = 1e6 * base_t / base_samples if base_samples > 0 else math.nan
+        ratio = cost / base
+    finite = np.isfinite(ratio) & (ratio > 0) & (base > 0)
+    w = gpu_h[finite]
     return {
-        "top_choice_attempts": _share(on_top),
-        "top_choice_gpu_hours": _share(on_top, hours_all),
-        "oracle_best_attempts": _share(on_best) if oracle_arm else math.nan,
-        "oracle_best_gpu_hours": _share(on_best, hours_all) if oracle_arm else math.nan,
-        "placement": {str(k): int(v) for k, v in
-                      pd.Series(placed.choice).value_counts().sort_index().items()},
-        "not_fit": int(c["not_fit"].sum()),
-        "value_ratio_median": float(np.median(ratio[runs])) if runs.any() else math.nan,
-        "value_ratio_geomean_gpu_hours": float(np.exp((w[runs] * log_r[runs]).sum()
-                                                      / w[runs].sum()))
-        if runs.any() and w[runs].sum() > 0 else math.nan,
-        "share_better": _share(runs & (ratio > 1.0 + 1e-9)),
-        "share_worse": _share(~runs | (ratio < 1.0 - 1e-9)),
-        "fixed_time": {
-            "total_cost": cost_t, "total_samples": samples_t,
-            "cost_per_million_samples": per_m_t,
-            "cost_per_sample_change": per_m_t / base_per_m - 1.0 if base_per_m > 0
-            else math.nan,
-            "samples_change": samples_t / base_samples - 1.0 if base_samples > 0 else math.nan,
-        },
-        "fixed_work": {
-            "total_cost": cost_w, "total_samples": base_samples,
-            "cost_per_million_samples": 1e6 * cost_w / base_samples if base_samples > 0
-            else math.nan,
-            "total_cost_change": cost_w / base_t - 1.0 if base_t > 0 else math.nan,
-        },
+        "total_cost": float(total.sum()),
+        "fleet_cost": float(cost.sum()),
+        "delay_cost": float(delay.sum()),
+        "cost_change": _change(float(total.sum()), base_total),
+        "fleet_cost_change": _change(float(cost.sum()), base_total),
+        "parts": parts,
+        "placement": counts,
+        "first_choice_attempts": _share(first),
+        "first_choice_gpu_hours": _share(first, gpu_h),
+        "on_leap_top_attempts": _share(on_top),
+        "on_leap_top_gpu_hours": _share(on_top, gpu_h),
+        "cost_ratio_median": float(np.median(ratio[finite])) if finite.any() else math.nan,
+        "cost_ratio_geomean_gpu_hours": float(np.exp((w * np.log(ratio[finite])).sum()
+                                                     / w.sum())) if w.sum() > 0 else math.nan,
+        "top_contributors": top,
+        "trimmed": {"dropped_attempts": n_trim,
+                    "cost_change": _change(float(total[keep].sum()), float(base[keep].sum()))},
+        "bands": bands,
     }
 
 
-def top_choice_table(study: dict[str, Any], arms: Sequence[str] = ARMS) -> list[dict[str, Any]]:
+def _herding(days: Sequence[DayArms], arm: str) -> dict[str, Any]:
+    """How crowded the arm's first choices were: the share of advised attempts that did not
+    get their first choice, and the type that took the most first-choice placements."""
+    first_counts: dict[str, int] = {}
+    advised = full = 0
+    for d in days:
+        placed = d.placements[arm]
+        for name, cnt in pd.Series(np.asarray(d.problem.names, dtype=object)[
+                placed.hardware[placed.kind == 0]]).value_counts().items():
+            first_counts[str(name)] = first_counts.get(str(name), 0) + int(cnt)
+        if arm == "baseline":
+            continue
+        # An attempt placed below its first advice, at home or waiting while it had advice,
+        # found its first choice full (or its list empty).
+        with_advice = d.ranked if arm.startswith("leap") else d.has_candidates
+        advised += int(with_advice.sum())
+        full += int((with_advice & (placed.kind != 0)).sum())
+    top = max(first_counts.items(), key=lambda kv: kv[1]) if first_counts else ("", 0)
+    return {"first_choice_full_share": full / advised if advised else math.nan,
+            "most_common_first_choice": top[0],
+            "most_common_first_choice_attempts": top[1]}
+
+
+def top_choice_table(study: Mapping[str, Any], arms: Sequence[str] = ARMS
+                     ) -> list[dict[str, Any]]:
     """Flat rows (one per arm) of the headline impact numbers, for tables and plots.
 
     Examples
     --------
-    >>> # for row in top_choice_table(study): print(row["arm"], row["cost_change_fixed_work"])
+    >>> # for row in top_choice_table(study): print(row["arm"], row["cost_change"])
     """
     rows = []
     for name in arms:
         if name not in study["arms"]:
             continue
         a = study["arms"][name]
-        rows.append({"arm": name, "top_choice_attempts": a["top_choice_attempts"],
-                     "top_choice_gpu_hours": a["top_choice_gpu_hours"],
-                     "total_cost_fixed_time": a["fixed_time"]["total_cost"],
-                     "cost_per_million_samples_fixed_time":
-                         a["fixed_time"]["cost_per_million_samples"],
-                     "cost_change_fixed_time": a["fixed_time"]["cost_per_sample_change"],
-                     "total_cost_fixed_work": a["fixed_work"]["total_cost"],
-                     "cost_change_fixed_work": a["fixed_work"]["total_cost_change"],
-                     "not_fit": a["not_fit"]})
+        rows.append({"arm": name, "first_choice_attempts": a["first_choice_attempts"],
+                     "first_choice_gpu_hours": a["first_choice_gpu_hours"],
+                     "total_cost": a["total_cost"], "cost_change": a["cost_change"],
+                     "fleet_cost_change": a["fleet_cost_change"],
+                     "trimmed_cost_change": a["trimmed"]["cost_change"],
+                     **{f"part_{k}": v for k, v in a["parts"].items()}})
     return rows

@@ -18,14 +18,16 @@ Per job and method (an ordered list of types):
     (so a list that leaves good types out is penalised; the ideal list has them all).
 
 LEAP's list comes from :func:`leap_rankings`, the ONE place evaluation calls the ranker (the
-impact study uses it too). A job LEAP gives no ranking (fail-open, or every candidate
-excluded) has no pick: it counts against LEAP's coverage and the quality figures are over
-the jobs LEAP ranked; every method is scored on that same set. A type whose true
-throughput is NaN (it would not run) has value 0.
+impact study uses it too; :func:`availability_rankings` is its variant for advice that is told
+each type's free devices at the moment a job arrives). A job LEAP gives no ranking
+(fail-open, or every candidate excluded) has no pick: it counts against LEAP's coverage and
+the quality figures are over the jobs LEAP ranked; every method is scored on that same set. A
+type whose true throughput is NaN (it would not run) has value 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -132,6 +134,48 @@ def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Seque
         if progress and (done % 200 == 0 or done == total):
             progress(done, total)
     return [answers[k] for k in keys]
+
+
+def availability_rankings(ranker: Ranker, jobs: pd.DataFrame,
+                          candidates: Sequence[Sequence[str]],
+                          answers: Sequence[RankResult] | None = None
+                          ) -> Callable[[int, Mapping[str, float]], RankResult]:
+    """``rank(i, free_devices)``: LEAP's answer for job ``i`` told each type's free devices.
+
+    With ``answers`` (this job list's :func:`leap_rankings`), the ranker's own availability
+    fold (:func:`leap.rank.ranker.fold_availability`, the last step of
+    ``Ranker.rank(..., free_devices=)``) is applied to them: the same answer without predicting
+    again. Without, the ranker is called, once per request and set of full types.
+
+    Examples
+    --------
+    >>> # rank = availability_rankings(ranker, day_jobs, cands, leap_rankings(...))
+    >>> # rank(0, {"A40": 0.0, "L4": 64.0}).ranking[0].hardware  -> 'L4'
+    """
+    from leap.rank.ranker import fold_availability
+
+    if len(candidates) != len(jobs) or (answers is not None and len(answers) != len(jobs)):
+        raise DataError(f"got {len(candidates)} candidate lists for {len(jobs)} jobs; pass one "
+                        "list (and one answer) per job")
+    requests = job_requests(jobs)
+    devices = job_devices(jobs)
+    cache: dict[Any, RankResult] = {}
+
+    def rank(i: int, free_devices: Mapping[str, float]) -> RankResult:
+        cands = list(candidates[i])
+        if not cands:
+            return _no_candidates()
+        if answers is not None:
+            a = answers[i]
+            return a if not a.ranking else dataclasses.replace(
+                a, ranking=fold_availability(a.ranking, free_devices))
+        full = tuple(n for n in cands if not free_devices.get(n, math.inf) >= devices[i])
+        key = (tuple(sorted(requests[i].items())), tuple(cands), full)
+        if key not in cache:
+            cache[key] = ranker.rank(requests[i], cands, free_devices=dict(free_devices))
+        return cache[key]
+
+    return rank
 
 
 def _no_candidates() -> RankResult:

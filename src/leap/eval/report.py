@@ -44,7 +44,9 @@ _METHOD_LABELS = {"leap": "LEAP (risk-neutral, default)", "leap_risk_averse": "L
                   "leap_no_premium_filter": "LEAP, no premium filter",
                   "cheapest": "cheapest type", "fastest_peak": "fastest peak FLOP/s",
                   "most_used": "family's most-used type", "random": "random (expected)"}
-_ARM_LABELS = {"baseline": "no advice", "leap": "LEAP advice", "oracle": "oracle advice"}
+_ARM_LABELS = {"baseline": "no advice", "leap": "LEAP advice",
+               "leap_aware": "LEAP told free devices", "greedy_oracle": "greedy oracle",
+               "optimum": "LP optimum"}
 
 
 @dataclass(frozen=True)
@@ -185,22 +187,7 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
                        pct(p["share_above_1_5"])) for m, p in picks.items())))
     im = report.get("impact")
     if im:
-        rows = []
-        for arm, a in im["arms"].items():
-            rows.append((_ARM_LABELS.get(arm, arm), pct(a["top_choice_attempts"]),
-                         pct(a["top_choice_gpu_hours"]),
-                         _money(a["fixed_work"]["total_cost"]),
-                         _signed_pct(a["fixed_work"]["total_cost_change"]),
-                         _signed_pct(a["fixed_time"]["cost_per_sample_change"]),
-                         f"{a['value_ratio_geomean_gpu_hours']:.3f}"))
-        cov = im["coverage"]
-        tables.append(Table(
-            "impact", f"impact: {', '.join(im['days'])}, {im['n_attempts']:,} attempts; "
-            f"LEAP ranked {pct(cov['attempts'])} of attempts, {pct(cov['gpu_hours'])} of "
-            f"GPU-hours; advice depth {im['advice_depth']}",
-            ("arm", "on LEAP top (attempts)", "on LEAP top (GPU-h)",
-             "cost, same work", "cost change", "cost/sample change (same hours)",
-             "value ratio (GPU-h geo-mean)"), tuple(rows)))
+        tables.extend(impact_tables(im))
     return tables
 
 
@@ -389,8 +376,61 @@ def plot_ranking(ranking: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def impact_tables(im: Mapping[str, Any]) -> list[Table]:
+    """The impact study as tables: headline beside the paper, arms with their parts, bands.
+
+    Examples
+    --------
+    >>> # for t in impact_tables(impact_study(...)): print(t.title)
+    """
+    hl, cov = im["headline"], im["coverage"]
+    paper = hl["paper"]
+    head = [("paper (LEAP)", pct(paper["coverage"]), pct(paper["first_choice_attempts"]),
+             pct(paper["first_choice_gpu_hours"]), f"~{pct(paper['cost_saving'], 0)}", "")]
+    for arm in ("leap", "leap_aware", "greedy_oracle"):
+        if arm in hl:
+            h = hl[arm]
+            head.append((_ARM_LABELS.get(arm, arm),
+                         pct(cov["attempts"]) if arm.startswith("leap") else "",
+                         pct(h["first_choice_attempts"]), pct(h["first_choice_gpu_hours"]),
+                         _signed_pct(h["saving"]), pct(h["share_of_optimum"])))
+    head.append(("LP optimum", "", "", "", _signed_pct(hl["optimum_saving"]), "100.0%"))
+    if "optimum_within_budget_saving" in hl:
+        head.append(("LP optimum, nobody waits", "", "", "",
+                     _signed_pct(hl["optimum_within_budget_saving"]), ""))
+    tables = [Table(
+        "impact", f"impact: {', '.join(im['days'])}, {im['n_attempts']:,} attempts, no-advice "
+        f"cost {_money(im['baseline_cost'])}; advice depth {im['advice_depth']}, delay cost "
+        f"weight {im['delay_cost_weight']:g}",
+        ("arm", "coverage", "first choice (attempts)", "first choice (GPU-h)", "cost saving",
+         "share of the optimum's saving"), tuple(head))]
+    kinds = ("on_advice", "displaced", "home", "waiting", "moved")
+    rows = []
+    for arm, a in im["arms"].items():
+        sp = a.get("spread", {})
+        rows.append((_ARM_LABELS.get(arm, arm), _signed_pct(a["cost_change"]),
+                     _signed_pct(a["fleet_cost_change"]),
+                     *(_signed_pct(a["parts"][k]) if k in a["parts"] else "" for k in kinds),
+                     _signed_pct(a["trimmed"]["cost_change"]),
+                     f"{_signed_pct(sp.get('min'))}..{_signed_pct(sp.get('max'))}"))
+    tables.append(Table(
+        "impact_parts", "cost change against no advice; its parts by placement kind sum to it "
+        "(advice: first advised type; moved: the optimum off home; no delay: fleet cost only; "
+        "trimmed: top 1% of attempts by cost left out)",
+        ("arm", "change", "no delay", "advice", "displaced", "home", "waiting", "moved",
+         "trimmed", "day range"),
+        tuple(rows)))
+    bands = list(dict.fromkeys(b for a in im["arms"].values() for b in a["bands"]))
+    tables.append(Table(
+        "impact_bands", "cost change by job size (devices)", ("arm", *bands),
+        tuple((_ARM_LABELS.get(arm, arm), *(_signed_pct(a["bands"][b]["cost_change"])
+                                           if b in a["bands"] else "" for b in bands))
+              for arm, a in im["arms"].items())))
+    return tables
+
+
 def plot_impact(impact: Mapping[str, Any], path: Path) -> None:
-    """Fleet cost for the same work per arm, and the shares placed on LEAP's top choice.
+    """Cost change per arm split by placement kind, and the first-choice shares.
 
     Examples
     --------
@@ -399,30 +439,48 @@ def plot_impact(impact: Mapping[str, Any], path: Path) -> None:
     plt = _pyplot()
     arms = list(impact["arms"])
     labels = [_ARM_LABELS.get(a, a) for a in arms]
-    cost = np.array([impact["arms"][a]["fixed_work"]["total_cost"] for a in arms])
-    change = [impact["arms"][a]["fixed_work"]["total_cost_change"] for a in arms]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5), dpi=110)
-    scale, unit = (1e6, "millions") if cost.max() >= 1e6 else (1e3, "thousands")
-    bars = ax1.bar(labels, cost / scale, color=["C7", "C0", "C2"][:len(arms)])
-    for b, c in zip(bars, change, strict=True):
-        ax1.annotate(_signed_pct(c) if c else "baseline", (b.get_x() + b.get_width() / 2,
-                                                          b.get_height()),
-                     ha="center", va="bottom", fontsize=9, xytext=(0, 2),
-                     textcoords="offset points")
-    ax1.set_ylabel(f"fleet cost for the same work\n({unit} of catalog $)")
-    ax1.set_title(f"Fleet cost, same samples processed\n({', '.join(impact['days'])}, "
-                  f"advice depth {impact.get('advice_depth', '?')})")
-    ax1.grid(alpha=0.3, axis="y")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5), dpi=110)
     x = np.arange(len(arms))
-    att = [100 * impact["arms"][a]["top_choice_attempts"] for a in arms]
-    gh = [100 * impact["arms"][a]["top_choice_gpu_hours"] for a in arms]
-    _bar_labels(ax2, ax2.bar(x - 0.2, att, 0.4, color="C0", label="share of attempts"))
-    _bar_labels(ax2, ax2.bar(x + 0.2, gh, 0.4, color="C1", label="share of GPU-hours"))
-    ax2.set_xticks(x, labels)
+    pos = np.zeros(len(arms))
+    neg = np.zeros(len(arms))
+    for i, kind in enumerate(("on_advice", "displaced", "home", "waiting", "moved")):
+        v = np.array([100 * impact["arms"][a]["parts"].get(kind, 0.0) for a in arms])
+        if not np.any(v):
+            continue
+        bottom = np.where(v >= 0, pos, neg)
+        ax1.bar(x, v, 0.6, bottom=bottom, color=f"C{i}", label=kind)
+        pos += np.maximum(v, 0)
+        neg += np.minimum(v, 0)
+    totals = [impact["arms"][a]["cost_change"] for a in arms]
+    ax1.scatter(x, [100 * c for c in totals], marker="D", color="k", zorder=3,
+                label="total")
+    for xi, c in zip(x, totals, strict=True):
+        ax1.annotate(_signed_pct(c), (xi, max(pos[xi], 0)), ha="center", va="bottom",
+                     fontsize=9, xytext=(0, 2), textcoords="offset points")
+    t100 = [100 * c for c in totals if math.isfinite(c)]
+    lo, hi = min([*neg, *t100, 0.0]), max([*pos, *t100, 0.0])
+    ax1.set_ylim(lo - 0.05 * (hi - lo + 1), hi + 0.12 * (hi - lo + 1))
+    ax1.axhline(0, color="k", lw=0.8)
+    ax1.set_xticks(x, labels, rotation=15)
+    ax1.set_ylabel("cost change against no advice (%)")
+    ax1.set_title(f"Cost for the same work, by placement kind\n({', '.join(impact['days'])}, "
+                  f"advice depth {impact.get('advice_depth', '?')})")
+    ax1.legend(fontsize=8)
+    ax1.grid(alpha=0.3, axis="y")
+    shown = [a for a in arms if a not in ("baseline", "optimum")]
+    xs = np.arange(len(shown) + 1)
+    paper = impact["headline"]["paper"]
+    att = [100 * paper["first_choice_attempts"]] + [
+        100 * impact["arms"][a]["first_choice_attempts"] for a in shown]
+    gh = [100 * paper["first_choice_gpu_hours"]] + [
+        100 * impact["arms"][a]["first_choice_gpu_hours"] for a in shown]
+    _bar_labels(ax2, ax2.bar(xs - 0.2, att, 0.4, color="C0", label="share of attempts"))
+    _bar_labels(ax2, ax2.bar(xs + 0.2, gh, 0.4, color="C1", label="share of GPU-hours"))
+    ax2.set_xticks(xs, ["paper"] + [_ARM_LABELS.get(a, a) for a in shown], rotation=15)
     ax2.set_ylim(0, 105)
-    ax2.set_ylabel("placed on LEAP's top choice (%)")
+    ax2.set_ylabel("placed on the first advised type (%)")
     cov = impact["coverage"]
-    ax2.set_title(f"Placed on LEAP's top choice\n(LEAP ranked {pct(cov['attempts'])} of "
+    ax2.set_title(f"Placed on the first choice\n(LEAP ranked {pct(cov['attempts'])} of "
                   f"attempts, {pct(cov['gpu_hours'])} of GPU-hours)")
     ax2.legend(fontsize=8)
     ax2.grid(alpha=0.3, axis="y")
@@ -561,25 +619,31 @@ def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
             body.append(_html_table(tables["ranking"]))
     if report.get("impact"):
         im = report["impact"]
-        body.append("<h2>Impact: replay through the capacity-limited scheduler</h2><p>"
+        hl = im["headline"]
+        lead = (f"The LP optimum saves {pct(hl['optimum_saving'])} of the no-advice cost"
+                + "".join(f"; {_ARM_LABELS[a]} saves {_signed_pct(hl[a]['saving'])} "
+                          f"({pct(hl[a]['share_of_optimum'])} of the optimum's saving)"
+                          for a in ("leap", "leap_aware", "greedy_oracle") if a in hl)
+                + ". The paper: ~3% saving, 19.9% of attempts and 30.0% of GPU-hours on the "
+                "first choice, 95% coverage.")
+        body.append("<h2>Impact: will advice save money?</h2><p>" + html.escape(lead)
+                    + "</p><p class=note>"
                     + html.escape("; ".join(f"{k}: {v}" for k, v in im["definitions"].items()))
-                    + f". The no-advice replay reproduces {pct(im['replay_matches_history'])} of "
-                    "the stored placements. Totals are dominated by a few very large jobs; the "
-                    "GPU-hour-weighted geometric mean of each attempt's value ratio (arm / no "
-                    "advice) is the robust per-job view.</p>")
+                    + "</p>")
         body.append(_img(images, "impact", "impact cost"))
-        if "impact" in tables:
-            body.append(_html_table(tables["impact"]))
-        sweep = im.get("depth_sweep", {})
-        if sweep:
-            body.append(_html_table(Table(
-                "sweep", "advice depth sweep (how many list entries the scheduler tries first)",
-                ("arm", "depth", "on LEAP top (attempts)", "on LEAP top (GPU-h)",
-                 "cost change (same work)", "value ratio (GPU-h geo-mean)"),
-                tuple((k, str(v["advice_depth"]), pct(v["top_choice_attempts"]),
-                       pct(v["top_choice_gpu_hours"]), _signed_pct(v["cost_change_fixed_work"]),
-                       f"{v['value_ratio_geomean_gpu_hours']:.3f}")
-                      for k, v in sweep.items()))))
+        for key in ("impact", "impact_parts", "impact_bands"):
+            if key in tables:
+                body.append(_html_table(tables[key]))
+        for arm in ("leap", "leap_aware", "greedy_oracle"):
+            top = im["arms"].get(arm, {}).get("top_contributors", [])
+            if top:
+                body.append(_html_table(Table(
+                    f"top_{arm}", f"{_ARM_LABELS[arm]}: the attempts that move the total most",
+                    ("attempt", "devices", "home", "placed", "kind", "cost change",
+                     "of no-advice cost"),
+                    tuple((t["attempt_id"], str(t["devices"]), t["home"], t["placed"],
+                           t["kind"], _money(t["cost_change"]),
+                           _signed_pct(t["share_of_baseline"])) for t in top[:5]))))
     if report.get("real_data"):
         from leap.eval.real_data import html_section
 

@@ -37,9 +37,11 @@ memory: history overrules the conservative estimate) and ``over_budget`` (``cost
 above ``max_cost_per_hour``). Flags: ``missing_family_history``, ``missing_hardware_history``
 (the family never ran on the type in the history window), ``memory_fit_unknown`` (no
 ``num_params``), ``utilization_above_peak`` (MFU > 1: check ``flops_per_sample``),
-``premium_kept_mfu``, ``premium_kept_speedup``. When every candidate is left out the
-ranking is empty and ``reason`` is ``"no_eligible_type: ..."`` (an empty answer always says
-why; this one is not a failure and is not counted as fail-open).
+``premium_kept_mfu``, ``premium_kept_speedup``, ``no_free_devices`` (with ``free_devices=``:
+the type has too few free devices for the job now; it is ordered after the types with room).
+When every candidate is left out the ranking is empty and ``reason`` is
+``"no_eligible_type: ..."`` (an empty answer always says why; this one is not a failure and is
+not counted as fail-open).
 
 Objectives: ``value`` (default) sorts by value; ``throughput`` sorts by predicted throughput
 (fastest within an optional ``max_cost_per_hour`` budget). Ties break by name, so the order
@@ -59,6 +61,7 @@ Features come from the one feature path, :func:`leap.features.encode.encode`, fe
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -423,6 +426,40 @@ def _check_objective(objective: str, max_cost_per_hour: float | None) -> None:
                           f"{max_cost_per_hour!r}")
 
 
+def _check_free_devices(free_devices: Mapping[str, float] | None) -> None:
+    if free_devices is None:
+        return
+    if not isinstance(free_devices, Mapping):
+        raise DataError(f"free_devices must map hardware names to device counts, got "
+                        f"{free_devices!r}")
+    for name, n in free_devices.items():
+        if not isinstance(n, int | float | np.integer | np.floating) or isinstance(n, bool) \
+                or not n >= 0:
+            raise DataError(f"free_devices['{name}'] must be a number >= 0, got {n!r}")
+
+
+def fold_availability(ranking: Sequence[RankedType], free_devices: Mapping[str, float]
+                      ) -> list[RankedType]:
+    """Types without room for the job after those with room (each part keeps its order).
+
+    A type with fewer free devices than the job's ``devices`` gets the flag
+    ``no_free_devices``; its value is unchanged (it is what the job would get once it runs),
+    but a job sent there would wait, so advice that knows the fleet is finite offers the
+    types with room first instead of herding every job onto the same best type.
+
+    Examples
+    --------
+    >>> r = [RankedType("A40", 10.0, 1.0, 9.0, None, None, 4, 0.25, False),
+    ...      RankedType("L4", 5.0, 1.0, 5.0, None, None, 4, 0.25, False)]
+    >>> [(x.hardware, x.flags) for x in fold_availability(r, {"A40": 2.0})]
+    [('L4', ()), ('A40', ('no_free_devices',))]
+    """
+    room = [r for r in ranking if free_devices.get(r.hardware, math.inf) >= r.devices]
+    full = [dataclasses.replace(r, flags=(*r.flags, "no_free_devices")) for r in ranking
+            if not free_devices.get(r.hardware, math.inf) >= r.devices]
+    return room + full
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
     return text if isinstance(exc, LeapError) else f"{type(exc).__name__}: {text}"
@@ -615,7 +652,8 @@ class Ranker:
     # Ranking -----------------------------------------------------------------------------
     def rank(self, job: Mapping[str, Any], candidates: Sequence[str] | None = None, *,
              objective: str = "value", max_cost_per_hour: float | None = None,
-             risk: str = DEFAULT_RISK, strict: bool = False) -> RankResult:
+             risk: str = DEFAULT_RISK, strict: bool = False,
+             free_devices: Mapping[str, float] | None = None) -> RankResult:
         """The preference list of ``candidates`` (default: every type) for ``job``.
 
         Parameters
@@ -637,6 +675,11 @@ class Ranker:
         strict : bool
             Raise on a bad request (wrong field type, unknown hardware) instead of failing
             open. Failures of the model always fail open.
+        free_devices : mapping of str to float, optional
+            Devices of each type free for this job now (e.g. the scheduler's room). A type
+            with fewer free devices than the job needs stays in the list, flagged
+            ``no_free_devices``, after every type that has room (see
+            :func:`fold_availability`). Types not named are taken to have room.
 
         Returns
         -------
@@ -665,6 +708,7 @@ class Ranker:
             if risk not in RISKS:
                 raise ConfigError(f"risk must be one of {', '.join(RISKS)}, got {risk!r}"
                                   f"{did_you_mean(str(risk), RISKS)}")
+            _check_free_devices(free_devices)
         except Exception as exc:  # a bad request fails open; only `strict` raises it
             err = exc if isinstance(exc, LeapError) else DataError(
                 f"invalid request: {_describe(exc)}")
@@ -678,6 +722,8 @@ class Ranker:
         try:
             ranking, excluded = self._rank(serving, values, names, objective, max_cost_per_hour,
                                            risk)
+            if free_devices is not None:
+                ranking = fold_availability(ranking, free_devices)
         except Exception as exc:  # fail-open: a bug, a corrupt model or a NaN must never
             # block a launch; it is counted (fail_open_counts) and logged with its trace.
             log.exception("rank failed open")

@@ -355,7 +355,7 @@ def create_app(ranker: Ranker, *, token: str | None = None,
         try:
             result = ranker.rank(job, req.candidates, objective=req.objective,
                                  max_cost_per_hour=req.max_cost_per_hour, risk=req.risk,
-                                 strict=True)
+                                 strict=True, free_devices=req.free_devices)
         except LeapError:
             raise
         except Exception as exc:  # fail-open: Ranker.rank never raises, but a bug around it

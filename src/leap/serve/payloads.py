@@ -110,6 +110,10 @@ class RankRequest(BaseModel):
     risk: Literal["neutral", "averse"] = Field(
         "neutral", description="neutral: order by the median prediction; averse: by the lower "
         "bound of each type's 80% interval.")
+    free_devices: dict[HardwareName, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = \
+        Field(None, max_length=1024, description="Devices of each type free for this job now "
+              "(optional, e.g. from the scheduler). A type with fewer than the job needs is "
+              "kept, flagged no_free_devices, after every type with room.")
 
 
 class RankedTypeOut(BaseModel):
