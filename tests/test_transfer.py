@@ -165,3 +165,14 @@ def test_snapshot_exclusion_of_nothing_changes_nothing(attempts: pd.DataFrame) -
                                                       "hardware": ["L4"]}))
     for name in a.tables:
         pd.testing.assert_frame_equal(a.tables[name], b.tables[name])
+
+
+@pytest.mark.parametrize("n", [3, 300])
+def test_missing_key_text_is_none_on_both_paths(n: int) -> None:
+    """A request (few rows) and a training frame (many rows) must key a missing category the
+    same way as history does ("None"), whatever pandas does with NaN in ``astype(str)``."""
+    from leap.features.columns import Columns
+
+    frame = pd.DataFrame({"model_category": [np.nan] * n, "precision": [None] * n})
+    cols = Columns.from_frame(frame)
+    assert set(cols.text("model_category")) == {"None"} == set(cols.text("precision"))

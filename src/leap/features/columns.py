@@ -90,6 +90,17 @@ class Columns:
         return out
 
     def text(self, name: str) -> np.ndarray:
-        """Values as strings (for keys); missing becomes ``"None"``, never matching history."""
-        return np.array([str(v) for v in self.obj(name)], dtype=object) if self.n <= SMALL \
-            else pd.Series(self.obj(name), dtype=object).astype(str).to_numpy(dtype=object)
+        """Values as strings (for keys); missing becomes ``"None"``, as in history."""
+        if self.n <= SMALL:
+            return np.array(["None" if v is None or v != v else str(v)
+                             for v in self.obj(name)], dtype=object)
+        return key_texts(pd.Series(self.obj(name), dtype=object))
+
+
+def key_texts(values: pd.Series) -> np.ndarray:
+    """Key strings of a column: missing values (None, NaN) become ``"None"``.
+
+    (``astype(str)`` alone keeps NaN missing under pandas 3.)
+    """
+    return values.astype(object).where(values.notna(), "None").astype(str).to_numpy(
+        dtype=object)

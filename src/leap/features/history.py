@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from leap.catalog import Catalog
 from leap.errors import ArtifactError
-from leap.features.columns import SMALL, Columns
+from leap.features.columns import SMALL, Columns, key_texts
 from leap.features.physics import estimates
 from leap.features.transfer import TransferIndex
 
@@ -115,8 +115,8 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     return pd.DataFrame({
         "family_id": ok["family_id"].astype(str),
         "model_type": ok["model_type"].astype(str),
-        **{c: (ok[c].astype(object).where(ok[c].notna(), None).astype(str)
-               if c in ok.columns else "None") for c in ("model_category", "precision")},
+        **{c: (key_texts(ok[c]) if c in ok.columns else "None")
+           for c in ("model_category", "precision")},
         "hardware": ok["hardware"].astype(str),
         "vendor": ok["hardware"].map(vendor_of).astype(str),
         "trainer_count": ok["trainer_count"].astype(np.int64),
