@@ -56,7 +56,7 @@ def ingest(
                                            "after now."),
     max_throughput: float = typer.Option(1e11, "--max-throughput", min=0.0, help="Quarantine "
                                          "throughputs above this many samples/s."),
-    max_utilization: float = typer.Option(2.0, "--max-utilization", min=0.0, help="Quarantine "
+    max_utilization: float = typer.Option(10.0, "--max-utilization", min=0.0, help="Quarantine "
                                           "throughputs implying more than this share of the "
                                           "type's peak FLOP/s (rows with flops_per_sample)."),
     max_count: int = typer.Option(1_000_000, "--max-count", min=1, help="Quarantine "

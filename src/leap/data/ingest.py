@@ -71,8 +71,9 @@ class IngestLimits:
     max_utilization : float
         Ceiling on the model-FLOP utilization a throughput implies when
         ``flops_per_sample`` is known: ``throughput x flops_per_sample / (devices x peak
-        FLOP/s)``, with the type's largest catalog peak (default 2.0: far above any real
-        run, loose enough for rough FLOP counts).
+        FLOP/s)``, with the type's largest catalog peak (default 10: far above any real
+        run, and loose enough for rough FLOP counts: the reference fleet's own attempts reach
+        5x with the FLOP counts its jobs report, so 2x would quarantine real rows).
     max_count : int
         Largest ``trainer_count``, ``devices_per_trainer`` and parallel degree.
     max_batch_size : int
@@ -88,7 +89,7 @@ class IngestLimits:
     now: datetime | None = None
     max_future: timedelta = timedelta(days=1)
     max_throughput: float = 1e11
-    max_utilization: float = 2.0
+    max_utilization: float = 10.0
     max_count: int = MAX_COUNT
     max_batch_size: int = MAX_BATCH_SIZE
 
