@@ -42,7 +42,7 @@ from leap.serve.app import create_app
 from test_rank import jobs, point_latest, ranker  # noqa: F401
 from test_serve import TIMEOUT, serving, wait_for
 
-SPECIALIST = "model/specialist_00.txt"
+SPECIALIST = "model/seen.specialist_00.txt"  # the cascade part of the novelty split
 
 
 # Helpers ----------------------------------------------------------------------------------

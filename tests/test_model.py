@@ -183,9 +183,9 @@ def test_artifact_round_trip_predicts_identically(trained_workspace: Workspace,
 def test_corrupt_or_foreign_artifacts_are_refused_clearly(fresh_copy: Workspace) -> None:
     reg = Registry(fresh_copy.models_dir)
     path = reg.path(reg.latest_version() or "")
-    spec_file = path / "model" / "router.txt"
+    spec_file = path / "model" / "seen.router.txt"
     spec_file.write_text(spec_file.read_text() + "\n")
-    with pytest.raises(ArtifactError, match=r"checksum mismatch for model/router\.txt"):
+    with pytest.raises(ArtifactError, match=r"checksum mismatch for model/seen\.router\.txt"):
         load_artifact(path)
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["feature_version"] = 999

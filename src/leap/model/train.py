@@ -381,17 +381,21 @@ def fit_model(ts: TrainingSet, cfg: TrainConfig) -> Model:
                      categorical=ts.spec.categorical, val=(ts.X[va], ts.y[va], base[va]))
 
 
-def calibrate_intervals(model: Model, ts: TrainingSet, cfg: TrainConfig) -> IntervalCalibrator:
+def calibrate_intervals(model: Model, ts: TrainingSet,
+                        cfg: TrainConfig) -> IntervalCalibrator | None:
     """Conformal interval offsets per novelty group from the validation days' rows.
 
     The validation rows (natural and masked) were never fitted on; their residuals under the
-    fitted model calibrate each group's interval.
+    fitted model calibrate each group's interval. With fewer validation rows than a
+    calibration needs (a few hundred public benchmark rows), the model has no intervals.
     """
     val = ts.day >= cfg.window_days - cfg.validation_days
+    calibrator = IntervalCalibrator(coverage=cfg.interval_coverage)
+    if val.sum() < calibrator.min_rows:
+        return None
     X = ts.X[val]
     pred = model.predict(X, base=base_margin(X, ts.spec, ts.fallback_log_tp))
-    return IntervalCalibrator(coverage=cfg.interval_coverage).fit(ts.y[val] - pred,
-                                                                 ts.group[val], ts.masked[val])
+    return calibrator.fit(ts.y[val] - pred, ts.group[val], ts.masked[val])
 
 
 def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray,
@@ -503,14 +507,14 @@ def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
     if len(ts.eval_jobs):
         pred = model.predict(ts.eval_X, base=base_margin(ts.eval_X, ts.spec, ts.fallback_log_tp))
         seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
-        lo, hi = intervals.offsets(ts.eval_group)
+        lo, hi = intervals.offsets(ts.eval_group) if intervals else (np.nan, np.nan)
         held = evaluate(pred, ts.eval_jobs, seen, ts.eval_group, (pred + lo, pred + hi))
         if len(ts.eval_masked_rows):
             # The held-out day's rows again, each with its own (family, type) history
             # removed: how leap does on types a family never ran on, against measured truth.
             Xm, g = ts.eval_masked_X, ts.eval_masked_group
             pm = model.predict(Xm, base=base_margin(Xm, ts.spec, ts.fallback_log_tp))
-            lo_m, hi_m = intervals.offsets(g)
+            lo_m, hi_m = intervals.offsets(g) if intervals else (np.nan, np.nan)
             ym = np.log(ts.eval_jobs["throughput"].to_numpy(dtype=np.float64))[
                 ts.eval_masked_rows]
             held["masked_pairs"] = by_novelty(pm, ym, g, (pm + lo_m, pm + hi_m))
