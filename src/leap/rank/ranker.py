@@ -210,27 +210,9 @@ class PredictResult:
 
 
 # Request normalisation --------------------------------------------------------------------
-def normalize_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Check a job's launch-time fields and return them typed, with the ignored field names.
-
-    The one validation every entry point uses (:func:`leap.data.jobs.check_job`): every
-    :data:`~leap.data.schema.JOB_COLUMNS` key is in the result (``None`` when absent); outcome
-    and unknown fields are ignored and returned in the second element.
-
-    Raises
-    ------
-    DataError
-        A required field is missing or a field has the wrong type or range; the message
-        names the field.
-
-    Examples
-    --------
-    >>> values, ignored = normalize_job({"family_id": "f1", "model_type": "resnet50",
-    ...                                  "trainer_count": 2, "batch_size": 256, "status": "ok"})
-    >>> values["trainer_count"], ignored
-    (2, ['status'])
-    """
-    return check_job(job)
+#: The one job validation every entry point uses (:func:`leap.data.jobs.check_job`), under
+#: the name the ranker has always exported.
+normalize_job = check_job
 
 
 # The serving model and its hot reload -------------------------------------------------------
