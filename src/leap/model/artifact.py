@@ -118,9 +118,9 @@ class Artifact:
         return self.predict_encoded(self.encode_full(jobs))
 
     def predict_log(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
-        """Predicted log samples/s for each job row on its ``hardware``."""
-        X = self.encode(jobs)
-        return self.model.predict(X, base=base_margin(X, self.spec, self.fallback_log_tp))
+        """Predicted log samples/s for each job row on its ``hardware`` (the one path:
+        :meth:`predict_encoded`, which the ranker uses too)."""
+        return self.predict_interval(jobs)[0]
 
     def predict(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Predicted samples/s for each job row on its ``hardware``."""
