@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -28,6 +26,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_http import free_port, start_server
 from bench_rank import bench_workspace, recent_jobs, write_result
 
 CANDIDATES = ["H100-SXM", "L4"]
@@ -38,12 +37,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:
@@ -62,21 +55,10 @@ def main() -> None:
     body = json.dumps({"jobs": [jobs[i % len(jobs)] for i in range(args.jobs)],
                        "candidates": CANDIDATES}).encode()
     port = free_port()
-    cmd = [sys.executable, "-m", "leap", "--home", str(home), "serve", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_server(home, port, workers=1)
     base = f"http://127.0.0.1:{port}"
     headers = {"content-type": "application/json"}
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).json()["status"] == "ok":
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("leap serve did not come up")
-            time.sleep(0.2)
         with httpx.Client(base_url=base, timeout=120) as c:  # warm-up: small calls only
             for job in jobs[:50]:
                 c.post("/v1/rank", json={"job": job})
@@ -139,7 +121,8 @@ def main() -> None:
         proc.wait(20)
     out: dict[str, Any] = {
         "bench": "predict_memory", "at": datetime.now(UTC).isoformat(),
-        "machine": platform.platform(), "command": " ".join(cmd[1:]),
+        "machine": platform.platform(),
+        "command": f"leap --home {home} serve --port {port} --workers 1",
         "requests": args.requests, "concurrency": args.concurrency,
         "jobs_per_request": args.jobs,
         "rows_per_request": args.jobs * len(CANDIDATES), "body_bytes": len(body),

@@ -11,17 +11,14 @@ with ``--examples`` cases per operation and mode. Writes bench/results/fuzz_serv
 from __future__ import annotations
 
 import argparse
-import socket
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from bench_http import free_port, start_server
 from bench_rank import bench_workspace, write_result
 
 from test_serve import fuzz_service
@@ -33,24 +30,10 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=1000, help="cases per operation and mode")
     args = ap.parse_args()
     home = bench_workspace(args.home, per_day=1500, days=12)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(home), "serve",
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    port = free_port()
+    proc = start_server(home, port, workers=1)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("leap serve did not come up")
-            time.sleep(0.2)
         t0 = time.perf_counter()
         out = fuzz_service(url, {"POST": args.examples, "GET": max(args.examples // 10, 10)})
         out["seconds"] = time.perf_counter() - t0
