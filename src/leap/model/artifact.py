@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -65,6 +65,16 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+class Prediction(NamedTuple):
+    """Per row: predicted log samples/s, its interval ``[lo, hi]`` (log) and novelty group
+    (index into :data:`~leap.features.encode.NOVELTY_GROUPS`)."""
+
+    log: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    group: np.ndarray
+
+
 @dataclass
 class Artifact:
     """A loaded model with everything serving needs; :meth:`predict_log` is the one entry."""
@@ -96,25 +106,25 @@ class Artifact:
         """Every feature column (:data:`~leap.features.encode.FEATURE_NAMES`) of ``jobs``."""
         return encode(jobs, self.snapshot, self.catalog, self.full_spec)
 
-    def predict_encoded(self, X_full: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Log samples/s and its interval ``(pred, lo, hi)`` for rows from :meth:`encode_full`.
+    def predict_encoded(self, X_full: np.ndarray) -> Prediction:
+        """Log samples/s, its interval and novelty group for rows from :meth:`encode_full`.
 
-        Without calibrated intervals (never for a model this leap trained), ``lo`` and ``hi``
-        are NaN.
+        A model trained on too few rows to calibrate intervals has NaN ``lo`` and ``hi``.
         """
         X = X_full[:, self.model_cols]
+        group = novelty(X_full, FEATURE_NAMES)
         if len(X) == 0:
-            return np.empty(0), np.empty(0), np.empty(0)
+            return Prediction(np.empty(0), np.empty(0), np.empty(0), group)
         pred = np.asarray(self.model.predict(X, base=base_margin(X, self.spec,
                                                                  self.fallback_log_tp)))
         if self.intervals is None:
-            return pred, np.full(len(pred), np.nan), np.full(len(pred), np.nan)
-        lo, hi = self.intervals.offsets(novelty(X_full, FEATURE_NAMES))
-        return pred, pred + lo, pred + hi
+            return Prediction(pred, np.full(len(pred), np.nan), np.full(len(pred), np.nan),
+                              group)
+        lo, hi = self.intervals.offsets(group)
+        return Prediction(pred, pred + lo, pred + hi, group)
 
-    def predict_interval(self, jobs: Columns | pd.DataFrame
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Predicted log samples/s with its interval, ``(pred, lo, hi)``, per job row."""
+    def predict_interval(self, jobs: Columns | pd.DataFrame) -> Prediction:
+        """:meth:`predict_encoded` of ``jobs``: log samples/s, interval and novelty group."""
         return self.predict_encoded(self.encode_full(jobs))
 
     def predict_log(self, jobs: Columns | pd.DataFrame) -> np.ndarray:

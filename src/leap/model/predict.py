@@ -16,11 +16,9 @@ from leap.data.jobs import check_jobs_frame
 from leap.data.schema import JOB_BOUNDS, JOB_COLUMNS
 from leap.errors import DataError
 from leap.features.encode import (
-    FEATURE_NAMES,
     NOVELTY_GROUPS,
     REQUEST_COLUMNS,
     jobs_frame,
-    novelty,
 )
 from leap.model.artifact import Artifact
 
@@ -86,13 +84,12 @@ def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
         raise DataError(f"jobs lack required column(s): {', '.join(missing)}")
     for hw in rows["hardware"].unique():
         artifact.catalog[str(hw)]  # raises with a did-you-mean
-    X = artifact.encode_full(rows)
-    pred, lo, hi = artifact.predict_encoded(X)
+    pred, lo, hi, group = artifact.predict_interval(rows)
     keep = ["job", "family_id", "model_type", "trainer_count", "batch_size", "hardware"]
     passthrough = [c for c in rows.columns if c not in keep and c not in JOB_COLUMNS]
     return rows[["job", *passthrough, *keep[1:]]].assign(
         predicted_throughput=np.exp(pred), throughput_p10=np.exp(lo), throughput_p90=np.exp(hi),
-        novelty=np.array(NOVELTY_GROUPS, dtype=object)[novelty(X, FEATURE_NAMES)])
+        novelty=np.array(NOVELTY_GROUPS, dtype=object)[group])
 
 
 def predict_file(artifact: Artifact, path: Path,

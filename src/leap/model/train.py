@@ -507,17 +507,23 @@ def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
     if len(ts.eval_jobs):
         pred = model.predict(ts.eval_X, base=base_margin(ts.eval_X, ts.spec, ts.fallback_log_tp))
         seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
-        lo, hi = intervals.offsets(ts.eval_group) if intervals else (np.nan, np.nan)
-        held = evaluate(pred, ts.eval_jobs, seen, ts.eval_group, (pred + lo, pred + hi))
+        interval = None
+        if intervals is not None:
+            lo, hi = intervals.offsets(ts.eval_group)
+            interval = (pred + lo, pred + hi)
+        held = evaluate(pred, ts.eval_jobs, seen, ts.eval_group, interval)
         if len(ts.eval_masked_rows):
             # The held-out day's rows again, each with its own (family, type) history
             # removed: how leap does on types a family never ran on, against measured truth.
             Xm, g = ts.eval_masked_X, ts.eval_masked_group
             pm = model.predict(Xm, base=base_margin(Xm, ts.spec, ts.fallback_log_tp))
-            lo_m, hi_m = intervals.offsets(g) if intervals else (np.nan, np.nan)
             ym = np.log(ts.eval_jobs["throughput"].to_numpy(dtype=np.float64))[
                 ts.eval_masked_rows]
-            held["masked_pairs"] = by_novelty(pm, ym, g, (pm + lo_m, pm + hi_m))
+            masked_interval = None
+            if intervals is not None:
+                lo_m, hi_m = intervals.offsets(g)
+                masked_interval = (pm + lo_m, pm + hi_m)
+            held["masked_pairs"] = by_novelty(pm, ym, g, masked_interval)
         result_metrics["held_out"] = {"day": as_of.date().isoformat(), **held}
     manifest["metrics"] = result_metrics
     return WindowModel(as_of, cfg, artifact, result_metrics, timings, ts.eval_jobs, pred)

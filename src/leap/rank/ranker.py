@@ -87,7 +87,7 @@ from leap.errors import (
     did_you_mean,
 )
 from leap.features.columns import Columns
-from leap.features.encode import FEATURE_NAMES, NOVELTY_GROUPS, jobs_frame, novelty
+from leap.features.encode import FEATURE_NAMES, NOVELTY_GROUPS, jobs_frame
 from leap.features.physics import hardware_specs, peak_flops
 from leap.model.artifact import LATEST, Artifact, Registry
 
@@ -820,7 +820,7 @@ class Ranker:
         proven = serving.family_min_memory_gb.get(str(job["family_id"]), math.inf)
         fits = ~(mem_fit > 1.0) | (serving.specs["memory_gb"][[serving.pos[r] for r in rows]]
                                    >= proven)
-        log_tp, log_lo, log_hi = serving.artifact.predict_encoded(X[fits])
+        log_tp, log_lo, log_hi, fit_group = serving.artifact.predict_encoded(X[fits])
         bad = ~np.isfinite(log_tp)
         if bad.any():
             which = [r for r, f in zip(rows, fits, strict=True) if f]
@@ -832,7 +832,7 @@ class Ranker:
             tp[fits] = np.exp(log_tp)
             lo[fits], hi[fits] = np.exp(log_lo), np.exp(log_hi)
         group = np.full(len(rows), -1)
-        group[fits] = novelty(X[fits], FEATURE_NAMES)
+        group[fits] = fit_group
         if not np.all(np.isfinite(tp[fits] * 3600.0)):
             raise FloatingPointError("predicted throughput overflows")
         no_family = not np.isfinite(X[0, _COL_FAM_N]) if len(rows) else True
