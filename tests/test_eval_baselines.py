@@ -15,12 +15,14 @@ from leap.errors import DataError, ModelError
 from leap.eval.baselines import (
     LOOKUP_KEY,
     LookupTable,
+    SpecRatioTransfer,
     cheapest_order,
     family_usage,
     fastest_peak_order,
     gpu_hours,
     lookup_comparison,
     most_used_order,
+    transfer_comparison,
 )
 
 
@@ -147,3 +149,52 @@ def test_most_used_order_uses_the_family_history() -> None:
         "H100-SXM", "L4", "A40"]
     # No history: cheapest first (A40 and L4 cost the same; the name breaks the tie).
     assert most_used_order(["H100-SXM", "L4", "A40"], {}, CAT) == ["A40", "L4", "H100-SXM"]
+
+
+def _runs(rows: list[tuple[str, str, int, float]]) -> pd.DataFrame:
+    """(family, hardware, batch, throughput) rows of one-device bf16 attempts that succeeded."""
+    return pd.DataFrame([{"family_id": f, "hardware": h, "trainer_count": 1,
+                          "devices_per_trainer": 1, "batch_size": b, "precision": "bf16",
+                          "status": "succeeded", "throughput": t} for f, h, b, t in rows])
+
+
+def test_spec_ratio_transfer_scales_by_specs_prefers_the_same_shape_and_takes_the_median() -> None:
+    cat = Catalog.default()
+
+    def ratio(h: str, g: str) -> float:
+        return math.sqrt(cat[h].peak_bf16_tflops / cat[g].peak_bf16_tflops
+                         * cat[h].mem_bw_gb_per_s / cat[g].mem_bw_gb_per_s)
+
+    past = _runs([("f", "A100-SXM4-80GB", 8, 100.0), ("f", "A100-SXM4-80GB", 16, 400.0),
+                  ("f", "L4", 8, 30.0), ("g", "H100-SXM", 8, 1.0)])
+    rule = SpecRatioTransfer(cat).fit(past)
+    est = rule.predict(_runs([("f", "H100-SXM", 8, 0.0), ("f", "H100-SXM", 32, 0.0),
+                              ("new", "H100-SXM", 8, 0.0), ("f", "L4", 8, 0.0)]))
+    # Same shape on both references: the median of the two scaled figures.
+    want = np.median([100.0 * ratio("H100-SXM", "A100-SXM4-80GB"), 30.0 * ratio("H100-SXM", "L4")])
+    assert est[0] == pytest.approx(want)
+    # A shape the family never ran: the median over all its runs on each type (250 on A100).
+    assert est[1] == pytest.approx(np.median([250.0 * ratio("H100-SXM", "A100-SXM4-80GB"),
+                                              30.0 * ratio("H100-SXM", "L4")]))
+    assert math.isnan(est[2])                       # a family with no history
+    # The type's own history is never used for itself (it is a transfer rule).
+    assert est[3] == pytest.approx(100.0 * ratio("L4", "A100-SXM4-80GB"))
+    with pytest.raises(ModelError, match="not fitted"):
+        SpecRatioTransfer(cat).predict(past)
+
+
+def test_transfer_comparison_scores_both_on_the_unobserved_rows_the_rule_answers() -> None:
+    cat = Catalog.default()
+    past = _runs([("f", "A100-SXM4-80GB", 8, 100.0), ("g", "A100-SXM4-80GB", 8, 50.0),
+                  ("g", "L4", 8, 10.0), ("g", "T4", 8, 5.0)])
+    # f ran on one type, g on three; the A100 rows are observed pairs and are left out.
+    day = _runs([("f", "H100-SXM", 8, 250.0), ("g", "H100-SXM", 8, 100.0),
+                 ("f", "A100-SXM4-80GB", 8, 100.0), ("new", "H100-SXM", 8, 9.0)])
+    leap = np.array([240.0, 300.0, 100.0, 9.0])
+    r = transfer_comparison(past, day, leap, cat)
+    assert r["unobserved_pair_1"]["n"] == 1 and r["unobserved_pair_3plus"]["n"] == 1
+    assert r["unobserved_pair_2"]["n"] == 0 and r["all"]["n"] == 2
+    assert r["unobserved_pair_1"]["leap_accuracy"] == 1.0       # 240 vs 250
+    assert r["unobserved_pair_3plus"]["leap_accuracy"] == 0.0   # 300 vs 100
+    est = SpecRatioTransfer(cat).fit(past).predict(day)
+    assert r["unobserved_pair_1"]["rule_accuracy"] == float(abs(est[0] / 250.0 - 1) <= 0.2)

@@ -23,10 +23,12 @@ from leap.eval.ranking import (
     leap_rankings,
     oracle_order,
     order_quality,
+    policy_values,
     random_quality,
     ranking_study,
     summarize_quality,
     true_values,
+    unfiltered,
 )
 from leap.model.artifact import Registry
 from leap.model.train import load_attempts
@@ -172,6 +174,36 @@ def test_ranking_study_on_the_small_fleet(trained_workspace: Workspace) -> None:
     # Same seed, same sample, same numbers.
     again = ranking_study(ranker, fleet, jobs, past, art.catalog, sample=60, seed=1)
     assert again["methods"] == r["methods"]
+    # Both truths score every method on the same jobs. Without any premium type the two
+    # truths agree; the policy truth only ever removes premium types.
+    assert set(r["methods_all_types"]) == set(METHODS)
+    assert {m["n"] for m in r["methods_all_types"].values()} == n
+
+
+def test_policy_truth_drops_premium_types_the_rule_leaves_out_on_true_figures(
+        trained_workspace: Workspace) -> None:
+    art = Registry(trained_workspace.models_dir).load()
+    cat = art.catalog
+    premium = next(n for n in cat if cat[n].premium)
+    standard = next(n for n in cat if not cat[n].premium)
+    jobs = pd.DataFrame({"family_id": ["f", "f", "f"], "trainer_count": [1, 1, 1],
+                         "devices_per_trainer": [1, 1, 1], "precision": ["bf16"] * 3,
+                         "flops_per_sample": [1e12, 1e12, math.nan]})
+    peak = Ranker(art).serving.peak_flops("bf16", [premium])[0]  # type: ignore[union-attr]
+    need = cat[premium].min_utilization
+    # Samples/s that put the premium type just below / above its MFU threshold.
+    low, high = 0.5 * need * peak / 1e12, 2.0 * need * peak / 1e12
+    truth = [{premium: low, standard: 1.0}, {premium: high, standard: 1.0},
+             # No FLOPs: the speed-up rule, 1.1x < the default 1.25x.
+             {premium: 1.1, standard: 1.0}]
+    values = [{n: 10.0 for n in t} for t in truth]
+    kept = policy_values(Ranker(art), jobs, truth, values)
+    assert kept[0] == {premium: 0.0, standard: 10.0}
+    assert kept[1] == values[1]
+    assert kept[2] == {premium: 0.0, standard: 10.0}
+    # A ranker without the premium rule keeps every type.
+    plain = unfiltered(Ranker(art), cat)
+    assert policy_values(plain, jobs, truth, values) == values
 
 
 def test_leap_rankings_deduplicates_and_fails_open(trained_workspace: Workspace) -> None:

@@ -59,8 +59,9 @@ def test_report_writes_page_plots_and_every_number(report_dir: Path) -> None:
 def test_report_tables_cover_each_study(report_dir: Path) -> None:
     data = json.loads((report_dir / "report.json").read_text())
     keys = [t.key for t in report_tables(data)]
-    assert keys == ["backtest", "nights", "backtest_novelty", "lookup", "ranking",
-                    "ranking_novelty", "ranking_picks", "impact", "impact_parts", "impact_bands"]
+    assert keys == ["backtest", "nights", "backtest_novelty", "lookup", "spec_ratio_transfer",
+                    "ranking", "ranking_all_types", "ranking_novelty", "ranking_picks",
+                    "impact", "impact_parts", "impact_bands"]
     with pytest.raises(ConfigError, match="nothing to report"):
         write_report(report_dir / "empty")
 

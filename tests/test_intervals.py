@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from leap.errors import ArtifactError, ModelError
 from leap.features.encode import NOVELTY_GROUPS
 from leap.model.intervals import IntervalCalibrator, _conformal, coverage_by_group
-from leap.rank.ranker import RankedType, _sort_key
+from leap.rank.ranker import CAUTIOUS_Z, RankedType, _sort_key, order_ranking
 
 G = {name: i for i, name in enumerate(NOVELTY_GROUPS)}
 
@@ -94,6 +96,41 @@ def test_risk_rules_use_cost_and_fall_back_to_the_median_without_interval() -> N
     tie = [_entry("B", 100.0, 80.0), _entry("A", 100.0, 80.0)]
     assert [r.hardware for r in sorted(tie, key=lambda r: _sort_key(r, "value", "averse"))] \
         == ["A", "B"]
+
+
+def _banded(name: str, tp: float, sd: float, cost: float) -> RankedType:
+    """An entry whose 80% interval is exp(+-1.2816 sd) around ``tp``."""
+    f = math.exp(1.2815515655446004 * sd)
+    return RankedType(name, tp, cost, tp * 3600 / cost, None, None, 1, cost, False, (),
+                      tp / f, tp * f, None)
+
+
+def test_cautious_order_leaves_the_cheapest_type_only_for_a_confident_gain() -> None:
+    cheap = _banded("T4", 100.0, 0.1, cost=1.0)
+    # 30% more value, but the guess has sd 0.5: z = log(1.3) / hypot(0.5, 0.1) = 0.51 < 0.75.
+    guess = _banded("Gaudi3", 260.0, 0.5, cost=2.0)
+    # 30% more value known to sd 0.1: z = 0.262 / 0.141 = 1.86.
+    sure = _banded("A40", 195.0, 0.1, cost=1.5)
+    assert [r.hardware for r in order_ranking([guess, cheap], "value", "neutral")] \
+        == ["Gaudi3", "T4"]
+    assert [r.hardware for r in order_ranking([guess, cheap], "value", "cautious")] \
+        == ["T4", "Gaudi3"]
+    # A confident gain moves ahead; the unconfident one stays behind the cheapest, and the
+    # types ahead and behind keep their value order.
+    assert [r.hardware for r in order_ranking([guess, cheap, sure], "value", "cautious")] \
+        == ["A40", "T4", "Gaudi3"]
+    # The threshold is exactly CAUTIOUS_Z standard errors.
+    sd = math.hypot(0.5, 0.1)
+    edge = _banded("H100", 100.0 * math.exp(CAUTIOUS_Z * sd) * 1.001 * 2, 0.5, cost=2.0)
+    assert order_ranking([edge, cheap], "value", "cautious")[0] is edge
+    below = _banded("H100", 100.0 * math.exp(CAUTIOUS_Z * sd) * 0.999 * 2, 0.5, cost=2.0)
+    assert order_ranking([below, cheap], "value", "cautious")[0] is cheap
+    # Without intervals, and for the throughput objective, cautious is neutral.
+    bare = [_entry("B", 120.0, None, cost=2.0), _entry("A", 100.0, None)]
+    assert order_ranking(bare, "value", "cautious") == order_ranking(bare, "value", "neutral")
+    both = [guess, cheap, sure]
+    assert order_ranking(both, "throughput", "cautious") == \
+        order_ranking(both, "throughput", "neutral")
 
 
 def test_natural_rows_guard_the_masked_calibration() -> None:

@@ -23,7 +23,7 @@ from leap.data.schema import JOB_COLUMNS, PRECISIONS
 from leap.errors import CatalogError, ConfigError, DataError
 from leap.features.encode import encode, jobs_frame
 from leap.model.artifact import MANIFEST, Registry
-from leap.rank.ranker import EXCLUSION_REASONS, Ranker, RankResult, normalize_job
+from leap.rank.ranker import EXCLUSION_REASONS, Ranker, RankResult, normalize_job, order_ranking
 
 PROPS = settings(max_examples=30, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -104,14 +104,18 @@ def test_ranking_is_sorted_by_value_with_consistent_numbers(ranker: Ranker,
                                                             jobs: list[dict[str, Any]]) -> None:
     cat = ranker.serving.artifact.catalog  # type: ignore[union-attr]
     for job in jobs[:5]:
-        r = ranker.rank(job)
+        r = ranker.rank(job, risk="neutral")
         assert r.ok and r.reason is None and r.ranking
         assert r.model_version == Registry(ranker.watcher.registry.root).latest_version()  # type: ignore[union-attr]
-        # The default (risk-neutral) order is by value; the averse one by value at the
-        # interval's low end.
+        # The risk-neutral order is by value; the averse one by value at the interval's low
+        # end; the default (cautious) one is the neutral order with the cheapest type moved
+        # ahead of every type that does not beat it confidently.
         assert r.risk == "neutral"
         values = [e.value for e in r.ranking]
         assert values == sorted(values, reverse=True)
+        default = ranker.rank(job)
+        assert default.risk == "cautious"
+        assert default.ranking == order_ranking(r.ranking, "value", "cautious")
         low = [e.value_p10 for e in ranker.rank(job, risk="averse").ranking]
         assert low == sorted(low, reverse=True)
         devices = job["trainer_count"] * (job.get("devices_per_trainer") or 1)

@@ -202,7 +202,7 @@ def _lookup(ed: Any) -> dict[str, Any]:
     from leap.eval.baselines import lookup_comparison
 
     return {"day": ed.as_of.date().isoformat(), "model": ed.source,
-            **lookup_comparison(ed.past, ed.held, ed.held_pred)}
+            **lookup_comparison(ed.past, ed.held, ed.held_pred, ed.artifact.catalog)}
 
 
 def _ranking(ed: Any, ws: Workspace, store: Any, sample: int, seed: int) -> dict[str, Any]:

@@ -80,9 +80,10 @@ def rank(
                                   "default) or throughput (fastest within the budget)."),
     max_cost_per_hour: float = typer.Option(None, "--max-cost-per-hour", help="Budget: leave "
                                             "out types that cost more per hour."),
-    risk: str = typer.Option(None, "--risk", help="neutral (default: order by the median "
-                             "prediction) or averse (by the low end of each type's 80% "
-                             "interval)."),
+    risk: str = typer.Option(None, "--risk", help="cautious (default: the cheapest type "
+                             "first unless a dearer one is confidently better), neutral (by "
+                             "the median prediction) or averse (by the low end of each type's "
+                             "80% interval)."),
     premium_min_speedup: float = typer.Option(1.25, "--premium-min-speedup", help="Speed-up "
                                               "a premium type needs when the job has no "
                                               "flops_per_sample."),
@@ -125,7 +126,9 @@ def _print_ranking(out: dict[str, Any]) -> None:
         console.print(f"[yellow]no ranking (fail-open):[/] {out['reason']}", highlight=False)
     if out["ranking"]:
         by = "value" if out["objective"] == "value" else "predicted throughput"
-        how = "the 80% interval's low end" if out.get("risk") == "averse" else "the median"
+        how = {"averse": "the 80% interval's low end",
+               "cautious": "the median; the cheapest type first unless confidently beaten"
+               }.get(out.get("risk", ""), "the median")
         t = Table(title=f"preference list by {by} (at {how})")
         for col in ("#", "hardware", "samples/s", "80% interval", "cost/hour",
                     "samples per cost", "MFU", "speed-up"):

@@ -46,7 +46,8 @@ from leap.model.train import (
     load_attempts,
 )
 
-FORMAT_VERSION = 1
+#: 2: nights carry the spec-ratio transfer comparison.
+FORMAT_VERSION = 2
 #: The paper's 30-night figures (share within ±20%, attempt-weighted).
 PAPER = {"accuracy_median": 0.770, "accuracy_min": 0.735, "accuracy_max": 0.806}
 #: Bins of log10(predicted / measured) for the error distribution: 0.1x to 10x.
@@ -308,7 +309,7 @@ def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict
         "train_rows": int(wm.metrics["train_rows"]),
         "held_out": held,
         "oracle_ceiling": ceiling,
-        "lookup": lookup_comparison(past, jobs, pred),
+        "lookup": lookup_comparison(past, jobs, pred, wm.artifact.catalog),
         "error_hist": {"log10_edges": ERROR_EDGES.tolist(), "counts": counts.tolist(),
                        "clipped_low": int((log_ratio < ERROR_EDGES[0]).sum()),
                        "clipped_high": int((log_ratio > ERROR_EDGES[-1]).sum())},

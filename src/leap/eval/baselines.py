@@ -118,8 +118,8 @@ class LookupTable:
         return self.table_["median_throughput"].reindex(index).to_numpy(dtype=np.float64)
 
 
-def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame,
-                      leap_pred: np.ndarray) -> dict[str, Any]:
+def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.ndarray,
+                      catalog: Catalog | None = None) -> dict[str, Any]:
     """The lookup table beside LEAP on one held-out day (the paper's 13.3% / 53.2% vs 85.1%).
 
     Parameters
@@ -130,6 +130,9 @@ def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame,
         The held-out day's succeeded attempts (with ``throughput``).
     leap_pred : numpy.ndarray
         LEAP's predicted samples/s for each row of ``jobs`` (NaN = no prediction).
+    catalog : Catalog, optional
+        With it, ``spec_ratio_transfer`` adds :func:`transfer_comparison` (the spec-ratio
+        rule beside LEAP on the pairs without history, where the table has no answer).
 
     Returns
     -------
@@ -161,7 +164,7 @@ def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame,
         w = np.ones(len(mask)) if w is None else w
         return float((w * mask).sum() / w.sum()) if len(mask) and w.sum() > 0 else float("nan")
 
-    return {
+    out = {
         "n": len(jobs),
         "n_covered": int(covered.sum()),
         "keys": list(LOOKUP_KEY),
@@ -181,6 +184,139 @@ def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame,
         # The table answers nothing for uncovered rows: as a whole-day system it scores this.
         "table_accuracy_all": metrics.accuracy(table, actual),
     }
+    if catalog is not None:
+        out["spec_ratio_transfer"] = transfer_comparison(past, jobs, leap_pred, catalog)
+    return out
+
+
+# Transfer to a type a family never ran on -----------------------------------------------------
+#: The job shape the spec-ratio rule matches on (with the family) when it can.
+_SHAPE_KEY: tuple[str, ...] = ("trainer_count", "devices_per_trainer", "batch_size",
+                               "precision")
+
+
+class SpecRatioTransfer:
+    """The simple rule for a (family, type) pair without history: spec ratios.
+
+    For a job on type ``h``, each other type ``g`` the family succeeded on in the past gives
+    ``median samples/s on g x sqrt(peak(h) / peak(g) x bandwidth(h) / bandwidth(g))``, with
+    the peak FLOP/s of the job's precision (:func:`leap.features.physics.peak_flops`) and the
+    median taken at the job's own shape (trainers, devices per trainer, batch, precision)
+    when the family ran that shape on ``g``, else over all its runs there. The prediction is
+    the median over the types ``g``; NaN when the family ran on no other type.
+
+    Examples
+    --------
+    >>> from leap.catalog import Catalog
+    >>> past = pd.DataFrame({"family_id": ["f"], "hardware": ["A100-SXM4-80GB"],
+    ...                      "trainer_count": [1], "devices_per_trainer": [1],
+    ...                      "batch_size": [8], "precision": ["bf16"],
+    ...                      "status": ["succeeded"], "throughput": [100.0]})
+    >>> rule = SpecRatioTransfer(Catalog.default()).fit(past)
+    >>> est = rule.predict(past.assign(hardware="H100-SXM"))
+    >>> round(float(est[0]))  # sqrt(989 / 312 x 3350 / 2039) = 2.28
+    228
+    """
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def fit(self, attempts: pd.DataFrame) -> SpecRatioTransfer:
+        """Remember each family's median samples/s per type (and per shape and type)."""
+        tp = pd.to_numeric(attempts["throughput"], errors="coerce")
+        ok = attempts[(attempts["status"] == "succeeded") & (tp > 0)] \
+            .assign(throughput=tp, hardware=lambda d: d["hardware"].astype(str),
+                    family_id=lambda d: d["family_id"].astype(str))
+        ok = ok[ok["hardware"].isin(set(self.catalog.names))]
+        self.by_type_ = ok.groupby(["family_id", "hardware"])["throughput"].median() \
+            .rename("y_any").reset_index()
+        shape = [c for c in _SHAPE_KEY if c in ok.columns]
+        self.shape_ = shape
+        self.by_shape_ = ok.assign(_s=_shape_text(ok, shape)).groupby(
+            ["family_id", "_s", "hardware"])["throughput"].median().rename("y_shape") \
+            .reset_index()
+        return self
+
+    def predict(self, jobs: pd.DataFrame) -> np.ndarray:
+        """Spec-ratio estimate per job row (NaN where the family ran on no other type)."""
+        from leap.features.physics import hardware_specs, peak_flops
+
+        if not hasattr(self, "by_type_"):
+            raise ModelError("this SpecRatioTransfer is not fitted yet; call fit(past) first")
+        te = pd.DataFrame({"_row": np.arange(len(jobs)),
+                           "family_id": jobs["family_id"].astype(str).to_numpy(),
+                           "h": jobs["hardware"].astype(str).to_numpy(),
+                           "_s": _shape_text(jobs, self.shape_),
+                           "precision": jobs["precision"].astype(object).to_numpy()
+                           if "precision" in jobs.columns else None})
+        te = te[te["h"].isin(set(self.catalog.names))]
+        pairs = te.merge(self.by_type_.rename(columns={"hardware": "g"}), on="family_id")
+        pairs = pairs[pairs["g"] != pairs["h"]]
+        out = np.full(len(jobs), np.nan)
+        if pairs.empty:
+            return out
+        pairs = pairs.merge(self.by_shape_.rename(columns={"hardware": "g"}),
+                            on=["family_id", "_s", "g"], how="left")
+        ref = pairs["y_shape"].fillna(pairs["y_any"]).to_numpy(dtype=np.float64)
+        prec = pairs["precision"].to_numpy(dtype=object)
+        h = hardware_specs(self.catalog, pairs["h"].to_numpy(dtype=object))
+        g = hardware_specs(self.catalog, pairs["g"].to_numpy(dtype=object))
+        ratio = np.sqrt(peak_flops(prec, h) / peak_flops(prec, g)
+                        * h["mem_bw_gb_per_s"] / g["mem_bw_gb_per_s"])
+        est = pd.Series(ref * ratio).groupby(pairs["_row"].to_numpy()).median()
+        out[est.index.to_numpy(dtype=np.int64)] = est.to_numpy()
+        return out
+
+
+def _shape_text(frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    from leap.features.columns import key_texts
+
+    out = np.full(len(frame), "", dtype=object)
+    for c in columns:
+        out = out + "/" + key_texts(frame[c])
+    return out
+
+
+def transfer_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.ndarray,
+                        catalog: Catalog) -> dict[str, Any]:
+    """LEAP beside the spec-ratio rule on held-out attempts of pairs without history.
+
+    The rows are the held-out day's succeeded attempts whose family ran in the window but
+    never on the attempt's type (the unobserved pairs), grouped by how many types the family
+    ran on (1, 2, 3+). Both are scored on the rows the rule can answer.
+
+    Returns
+    -------
+    dict
+        Per group (``unobserved_pair_1``, ``_2``, ``_3plus``, ``all``): ``n``,
+        ``rule_coverage``, and within ±20% and median APE of the rule and of LEAP on the
+        covered rows.
+    """
+    rule = SpecRatioTransfer(catalog).fit(past)
+    est = rule.predict(jobs)
+    actual = jobs["throughput"].to_numpy(dtype=np.float64)
+    leap_pred = np.asarray(leap_pred, dtype=np.float64)
+    types = rule.by_type_.groupby("family_id")["hardware"].agg(set)
+    fam = jobs["family_id"].astype(str).to_numpy()
+    hw = jobs["hardware"].astype(str).to_numpy()
+    ran = [types.get(f, set()) for f in fam]
+    unobserved = np.array([bool(r) and h not in r for r, h in zip(ran, hw, strict=True)])
+    n_types = np.array([len(r) for r in ran])
+    groups = {"unobserved_pair_1": unobserved & (n_types == 1),
+              "unobserved_pair_2": unobserved & (n_types == 2),
+              "unobserved_pair_3plus": unobserved & (n_types >= 3), "all": unobserved}
+    out: dict[str, Any] = {"rule": "spec ratio: the family's median on each type it ran on "
+                                   "x sqrt(peak FLOP/s ratio x memory bandwidth ratio), median "
+                                   "over those types"}
+    for name, m in groups.items():
+        cov = m & np.isfinite(est)
+        out[name] = {"n": int(m.sum()),
+                     "rule_coverage": float(cov.sum() / m.sum()) if m.any() else float("nan"),
+                     "rule_accuracy": metrics.accuracy(est[cov], actual[cov]),
+                     "leap_accuracy": metrics.accuracy(leap_pred[cov], actual[cov]),
+                     "rule_median_ape": metrics.median_ape(est[cov], actual[cov]),
+                     "leap_median_ape": metrics.median_ape(leap_pred[cov], actual[cov])}
+    return out
 
 
 # Ranking baselines ----------------------------------------------------------------------------

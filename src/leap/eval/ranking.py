@@ -6,6 +6,10 @@ know it). The true value of a type is ``true samples/s x 3600 / (devices x
 cost_per_device_hour)``: samples per unit of cost, exactly as the ranker defines value but
 with the true median throughput instead of the predicted one.
 
+Two truths: ``policy`` (the default) sets to 0 the value of every premium type that the
+ranker's premium rule would leave out on the TRUE figures (:func:`policy_values`), so the best
+type is the best the user's rule allows; ``all_types`` keeps every eligible type.
+
 Per job and method (an ordered list of types):
 
 ``top1``
@@ -52,8 +56,13 @@ if TYPE_CHECKING:
     from leap.sim.fleet import Fleet
 
 #: Methods scored by :func:`ranking_study`, in report order.
-METHODS: tuple[str, ...] = ("leap", "leap_risk_averse", "leap_no_premium_filter", "cheapest",
-                            "fastest_peak", "most_used", "random")
+METHODS: tuple[str, ...] = ("leap", "leap_risk_neutral", "leap_risk_averse",
+                            "leap_no_premium_filter", "cheapest", "fastest_peak", "most_used",
+                            "random")
+#: Truths the methods are scored against: ``policy`` (the best true value among the types the
+#: ranker's premium rule keeps on the TRUE figures: what a user who set that rule asked for)
+#: and ``all_types`` (the best true value of any eligible type, premium rule ignored).
+TRUTHS: tuple[str, ...] = ("policy", "all_types")
 _TIE = 1e-9
 #: The oracle needs these job columns (the rest of the shape comes from the family).
 _SHAPE_COLUMNS = ("family_id", "trainer_count", "batch_size", "precision",
@@ -255,6 +264,44 @@ def true_values(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[
     return out
 
 
+def policy_values(ranker: Ranker, jobs: pd.DataFrame, truth: Sequence[Mapping[str, float]],
+                  values: Sequence[Mapping[str, float]]) -> list[dict[str, float]]:
+    """``values`` with every premium type the ranker's premium rule leaves out, applied to
+    the true throughput (true MFU, or the true speed-up over the fastest non-premium
+    candidate when the job has no ``flops_per_sample``), set to 0.
+
+    Examples
+    --------
+    >>> # policy_values(ranker, jobs, true_throughputs(...), true_values(...))
+    """
+    serving = ranker.serving
+    if serving is None:
+        return [dict(v) for v in values]
+    costs = ranker.costs if ranker.costs is not None else serving.artifact.catalog
+    devices = job_devices(jobs)
+    flops = jobs["flops_per_sample"].to_numpy(dtype=np.float64) \
+        if "flops_per_sample" in jobs.columns else np.full(len(jobs), np.nan)
+    precision = jobs["precision"].astype(object).where(jobs["precision"].notna(), None) \
+        .to_numpy() if "precision" in jobs.columns else np.full(len(jobs), None)
+    out = []
+    for i, (tps, v) in enumerate(zip(truth, values, strict=True)):
+        kept = dict(v)
+        premium = [n for n in tps if costs[n].premium and np.isfinite(tps[n])]
+        if premium:
+            standard = [t for n, t in tps.items() if not costs[n].premium and np.isfinite(t)]
+            best_standard = max(standard) if standard else None
+            peaks = dict(zip(premium, serving.peak_flops(precision[i], premium).tolist(),
+                             strict=True))
+            for n in premium:
+                mfu = tps[n] * flops[i] / (devices[i] * peaks[n]) \
+                    if np.isfinite(flops[i]) and flops[i] > 0 else None
+                speedup = tps[n] / best_standard if best_standard else None
+                if not ranker.keeps_premium(n, utilization=mfu, speedup=speedup):
+                    kept[n] = 0.0
+        out.append(kept)
+    return out
+
+
 def oracle_order(values: Mapping[str, float]) -> list[str]:
     """Types by true value, best first (ties by name).
 
@@ -415,11 +462,13 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
     values = true_values(fleet, picked, cands, costs)
 
     leap = leap_rankings(ranker, picked, cands, progress)
+    neutral = leap_rankings(ranker, picked, cands, risk="neutral")
     averse = leap_rankings(ranker, picked, cands, risk="averse")
     plain = leap_rankings(unfiltered(ranker, costs), picked, cands)
     usage = family_usage(past)
     orders: dict[str, list[list[str]]] = {
         "leap": [[r.hardware for r in res.ranking] for res in leap],
+        "leap_risk_neutral": [[r.hardware for r in res.ranking] for res in neutral],
         "leap_risk_averse": [[r.hardware for r in res.ranking] for res in averse],
         "leap_no_premium_filter": [[r.hardware for r in res.ranking] for res in plain],
         "cheapest": [cheapest_order(c, costs) for c in cands],
@@ -429,15 +478,22 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
     }
     ranked = np.array([len(o) > 0 for o in orders["leap"]], dtype=bool)
     hours = gpu_hours(picked)
-    methods: dict[str, dict[str, float]] = {}
+    truths = {"policy": policy_values(ranker, picked, truth, values), "all_types": values}
+    by_truth: dict[str, dict[str, dict[str, float]]] = {}
     regrets: dict[str, list[float]] = {}
-    for name in METHODS:
-        if name == "random":
-            per_job = [random_quality(values[i]) for i in np.flatnonzero(ranked)]
-        else:
-            per_job = [order_quality(orders[name][i], values[i]) for i in np.flatnonzero(ranked)]
-        methods[name] = summarize_quality(per_job, hours[ranked])
-        regrets[name] = [q["regret"] for q in per_job]
+    for which, vals in truths.items():
+        methods: dict[str, dict[str, float]] = {}
+        for name in METHODS:
+            if name == "random":
+                per_job = [random_quality(vals[i]) for i in np.flatnonzero(ranked)]
+            else:
+                per_job = [order_quality(orders[name][i], vals[i])
+                           for i in np.flatnonzero(ranked)]
+            methods[name] = summarize_quality(per_job, hours[ranked])
+            if which == TRUTHS[0]:
+                regrets[name] = [q["regret"] for q in per_job]
+        by_truth[which] = methods
+    values = truths[TRUTHS[0]]
     best = [oracle_order(v)[0] for v, r in zip(values, ranked, strict=True) if r and v]
     best_share = pd.Series(best, dtype=object).value_counts(normalize=True).head(8)
     reasons = pd.Series([res.reason.split(":")[0] for res in leap if res.reason],
@@ -445,6 +501,7 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
     return {
         "prediction_vs_truth": prediction_vs_truth(leap, truth),
         "pick_overprediction": {"leap": pick_overprediction(leap, truth),
+                                "leap_risk_neutral": pick_overprediction(neutral, truth),
                                 "leap_risk_averse": pick_overprediction(averse, truth)},
         "n_jobs_day": len(jobs),
         "n_with_two_or_more_candidates": len(multi),
@@ -454,10 +511,15 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
         "leap_unranked_reasons": {str(k): int(v) for k, v in reasons.items()},
         "candidates_median": float(np.median([len(c) for c in cands])) if cands else math.nan,
         "best_type_share": {str(k): float(v) for k, v in best_share.items()},
-        "methods": methods,
+        "methods": by_truth[TRUTHS[0]],
+        "methods_all_types": by_truth["all_types"],
         "regrets": {k: [round(x, 5) for x in v] for k, v in regrets.items()},
         "definitions": {
             "value": "true samples/s x 3600 / (devices x cost_per_device_hour)",
+            "methods": "scored against the best true value among the types the ranker's "
+                       "premium rule keeps on the true figures (the user's policy)",
+            "methods_all_types": "scored against the best true value of any eligible type "
+                                 "(premium rule ignored)",
             "top1_agreement": "share of jobs whose first type has the best true value",
             "regret": "1 - true value of the first type / true value of the best type",
             "ndcg": "NDCG of the list, relevance = true value / best true value",

@@ -40,7 +40,8 @@ PLOTS: dict[str, str] = {
     "ranking": "ranking_regret.png",
     "impact": "impact_cost.png",
 }
-_METHOD_LABELS = {"leap": "LEAP (risk-neutral, default)", "leap_risk_averse": "LEAP, risk-averse",
+_METHOD_LABELS = {"leap": "LEAP (cautious, default)", "leap_risk_neutral": "LEAP, risk-neutral",
+                  "leap_risk_averse": "LEAP, risk-averse",
                   "leap_no_premium_filter": "LEAP, no premium filter",
                   "cheapest": "cheapest type", "fastest_peak": "fastest peak FLOP/s",
                   "most_used": "family's most-used type", "random": "random (expected)"}
@@ -156,17 +157,35 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
               pct(lk["table_accuracy_all"]), pct(lk["leap_accuracy_all"])),
              ("paper (13.3% coverage; 53.2% vs 85.1% covered)", "13.3% / 53.2%",
               "100% / 85.1%"))))
+    xf = (lk or {}).get("spec_ratio_transfer")
+    if xf:
+        tables.append(Table(
+            "spec_ratio_transfer", "types a family never ran on: LEAP beside the spec-ratio "
+            "rule, on the rows the rule answers", ("group", "attempts", "rule covers",
+                                                  "rule ±20%", "LEAP ±20%", "rule MdAPE",
+                                                  "LEAP MdAPE"),
+            tuple((g.replace("_", " "), f"{xf[g]['n']:,}", pct(xf[g]["rule_coverage"]),
+                   pct(xf[g]["rule_accuracy"]), pct(xf[g]["leap_accuracy"]),
+                   pct(xf[g]["rule_median_ape"]), pct(xf[g]["leap_median_ape"]))
+                  for g in ("unobserved_pair_1", "unobserved_pair_2", "unobserved_pair_3plus",
+                            "all") if g in xf)))
     rk = report.get("ranking")
     if rk:
-        ranked = tuple((_METHOD_LABELS.get(m, m), pct(r.get("top1_agreement")),
-                      pct(r.get("mean_regret")), pct(r.get("median_regret")),
-                      pct(r.get("mean_regret_gpu_hours")), f"{r.get('mean_ndcg', math.nan):.3f}")
-                     for m, r in rk["methods"].items())
-        tables.append(Table("ranking", f"ranking vs the oracle: {rk['n_sampled']:,} jobs of "
-                            f"{rk.get('day', 'the held-out day')}, LEAP ranked "
-                            f"{pct(rk['leap_coverage'])}",
-                            ("method", "top-1 agreement", "mean regret", "median regret",
-                             "mean regret (GPU-h)", "NDCG"), ranked))
+        for key, what in (("methods", "the best type the premium rule allows"),
+                          ("methods_all_types", "the best of all eligible types")):
+            if key not in rk:
+                continue
+            ranked = tuple((_METHOD_LABELS.get(m, m), pct(r.get("top1_agreement")),
+                            pct(r.get("mean_regret")), pct(r.get("median_regret")),
+                            pct(r.get("mean_regret_gpu_hours")),
+                            f"{r.get('mean_ndcg', math.nan):.3f}")
+                           for m, r in rk[key].items())
+            tables.append(Table("ranking" if key == "methods" else "ranking_all_types",
+                                f"ranking vs the oracle ({what}): {rk['n_sampled']:,} jobs of "
+                                f"{rk.get('day', 'the held-out day')}, LEAP ranked "
+                                f"{pct(rk['leap_coverage'])}",
+                                ("method", "top-1 agreement", "mean regret", "median regret",
+                                 "mean regret (GPU-h)", "NDCG"), ranked))
         pvt = rk.get("prediction_vs_truth", {})
         order = ["with_hardware_history", *NOVELTY_GROUPS[:2], "without_hardware_history",
                  *NOVELTY_GROUPS[2:]]

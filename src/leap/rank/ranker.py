@@ -95,12 +95,19 @@ log = logging.getLogger("leap.rank")
 
 OBJECTIVES: tuple[str, ...] = ("value", "throughput")
 #: How the order treats uncertainty: ``neutral`` sorts by the median prediction, ``averse`` by
-#: the interval's lower bound (value at the 10th percentile of throughput). Neutral is the
-#: default because it ranked best on the reference fleet (README, "ranking vs the simulator's
-#: truth"): the transfer estimates are unbiased on the picks, and penalising uncertainty
-#: keeps jobs on the types their family already knows.
-RISKS: tuple[str, ...] = ("neutral", "averse")
-DEFAULT_RISK = "neutral"
+#: the interval's lower bound (value at the 10th percentile of throughput), ``cautious`` keeps
+#: the cheapest type first unless a dearer one's predicted value gain is at least
+#: :data:`CAUTIOUS_Z` standard errors (from the two 80% intervals). Cautious is the default:
+#: ranking by the largest point estimate picks overpredictions, and on the reference fleet
+#: cautious ranked best of the three (README, "ranking vs the simulator's truth").
+RISKS: tuple[str, ...] = ("neutral", "cautious", "averse")
+DEFAULT_RISK = "cautious"
+#: Standard errors of value gain a dearer type needs to rank above the cheapest (``cautious``).
+#: Chosen on a validation day (day 30 of the reference fleet, a model trained before it) among
+#: 0, 0.25, 0.5, 0.75, 1 and 1.5, then checked on the held-out day 31.
+CAUTIOUS_Z = 0.75
+# An 80% interval spans +-1.2816 standard deviations of a normal (log scale).
+_Z80 = 1.2815515655446004
 #: An entry whose 80% interval spans more than this factor (p90 / p10) is flagged uncertain.
 UNCERTAIN_RATIO = 2.0
 #: Fail-open reason codes (the prefix of :attr:`RankResult.reason`).
@@ -390,6 +397,47 @@ class ModelWatcher:
         return True
 
 
+def _log_sd(r: RankedType) -> float:
+    """Standard deviation of the log prediction implied by the 80% interval (0 without one)."""
+    if r.throughput_p10 is None or r.throughput_p90 is None:
+        return 0.0
+    return (math.log(r.throughput_p90) - math.log(r.throughput_p10)) / (2.0 * _Z80)
+
+
+def order_ranking(ranking: list[RankedType], objective: str, risk: str) -> list[RankedType]:
+    """The preference order of ``ranking`` for ``objective`` under the ``risk`` rule.
+
+    ``cautious`` (value only; for throughput it is ``neutral``) starts from the neutral order
+    and moves the cheapest type ahead of every type whose predicted value gain over it is
+    below :data:`CAUTIOUS_Z` standard errors, ``log(value / value_cheapest) /
+    sqrt(sd^2 + sd_cheapest^2)`` with each ``sd`` from its 80% interval: ranking by the
+    largest point estimate picks overpredictions, and the cheapest type is the best value
+    more often than any other. Without intervals it equals ``neutral``.
+
+    Examples
+    --------
+    >>> a = RankedType("cheap", 10.0, 1.0, 36000.0, None, None, 1, 1.0, False, (), 5.0, 20.0)
+    >>> b = RankedType("dear", 30.0, 2.5, 43200.0, None, None, 1, 2.5, False, (), 10.0, 90.0)
+    >>> [r.hardware for r in order_ranking([a, b], "value", "neutral")]
+    ['dear', 'cheap']
+    >>> [r.hardware for r in order_ranking([a, b], "value", "cautious")]
+    ['cheap', 'dear']
+    """
+    out = sorted(ranking, key=lambda r: _sort_key(r, objective, risk))
+    if risk != "cautious" or objective != "value" or len(out) < 2:
+        return out
+    anchor = min(out, key=lambda r: (r.cost_per_hour, r.hardware))
+    sd_a = _log_sd(anchor)
+
+    def confident(r: RankedType) -> bool:
+        gain = math.log(r.value / anchor.value)
+        sd = math.hypot(_log_sd(r), sd_a)
+        return gain > CAUTIOUS_Z * sd if sd > 0 else gain > 0
+
+    ahead = [r for r in out if r is not anchor and confident(r)]
+    return ahead + [anchor] + [r for r in out if r is not anchor and not confident(r)]
+
+
 def _sort_key(r: RankedType, objective: str, risk: str) -> tuple[float, str]:
     """Best first; ties by name, so the order never depends on the candidates' order."""
     averse = risk == "averse" and r.throughput_p10 is not None
@@ -474,6 +522,23 @@ class _Price:
     hw: Hardware
     min_utilization: float
     min_speedup: float
+
+
+def _premium_rule(price: _Price, mfu: float | None, speedup: float | None
+                  ) -> tuple[str, str | None]:
+    """``(flag, None)`` when the premium rule keeps the type, else ``("", why)``."""
+    n = price.hw.name
+    if mfu is not None:
+        if mfu < price.min_utilization:
+            return "", (f"predicted MFU {mfu:.3f} < min_utilization {price.min_utilization:g} "
+                        f"of premium '{n}'")
+        return "premium_kept_mfu", None
+    if speedup is None or speedup < price.min_speedup:
+        got = "no non-premium type to compare with" if speedup is None else \
+            f"speed-up {speedup:.2f}x"
+        return "", (f"no flops_per_sample for MFU, and {got} < {price.min_speedup:g}x needed "
+                    f"by premium '{n}'")
+    return "premium_kept_speedup", None
 
 
 class Ranker:
@@ -650,10 +715,12 @@ class Ranker:
             Sort by samples per unit cost, or by predicted samples/s.
         max_cost_per_hour : float, optional
             Budget: types whose ``cost_per_hour`` exceeds it are excluded (``over_budget``).
-        risk : {"neutral", "averse"}
-            ``neutral`` (default) orders by the median prediction; ``averse`` by the lower
-            bound of each type's 80% interval (a type the family never ran on must be better
-            even if it turns out near the low end).
+        risk : {"neutral", "cautious", "averse"}
+            ``neutral`` orders by the median prediction; ``cautious`` (default) keeps the
+            cheapest type first unless a dearer one is confidently better
+            (:func:`order_ranking`);
+            ``averse`` orders by the lower bound of each type's 80% interval (a type the
+            family never ran on must be better even if it turns out near the low end).
         strict : bool
             Raise on a bad request (wrong field type, unknown hardware) instead of failing
             open. Failures of the model always fail open.
@@ -767,6 +834,15 @@ class Ranker:
             unknown.append(Excluded(n, "unknown_hardware", msg))
         return out, unknown
 
+    def keeps_premium(self, name: str, *, utilization: float | None,
+                      speedup: float | None) -> bool:
+        """Whether the premium rule keeps type ``name`` at this MFU / speed-up (True when
+        the type is not premium). The ranking study applies it to the true figures."""
+        costs = self._cost_catalog(self.serving)
+        assert costs is not None
+        price = self._price(costs, name)
+        return not price.hw.premium or _premium_rule(price, utilization, speedup)[1] is None
+
     def _price(self, costs: Catalog, name: str) -> _Price:
         hw = costs[name]
         return _Price(hw, self.min_utilization.get(name, hw.min_utilization),
@@ -869,23 +945,11 @@ class Ranker:
                 flags.append("utilization_above_peak")
             speedup = tp_[i] / best_standard if best_standard else None
             if price.hw.premium:
-                if mfu is not None:
-                    if mfu < price.min_utilization:
-                        excluded.append(Excluded(n, "premium_below_threshold", f"predicted MFU "
-                                                 f"{mfu:.3f} < min_utilization "
-                                                 f"{price.min_utilization:g} of premium '{n}'"))
-                        continue
-                    flags.append("premium_kept_mfu")
-                else:
-                    if speedup is None or speedup < price.min_speedup:
-                        got = "no non-premium type to compare with" if speedup is None else \
-                            f"speed-up {speedup:.2f}x"
-                        excluded.append(Excluded(n, "premium_below_threshold", f"no "
-                                                 f"flops_per_sample for MFU, and {got} < "
-                                                 f"{price.min_speedup:g}x needed by premium "
-                                                 f"'{n}'"))
-                        continue
-                    flags.append("premium_kept_speedup")
+                kept, why = _premium_rule(price, mfu, speedup)
+                if why is not None:
+                    excluded.append(Excluded(n, "premium_below_threshold", why))
+                    continue
+                flags.append(kept)
             cost_h = devices * price.hw.cost_per_device_hour
             if budget is not None and cost_h > budget:
                 excluded.append(Excluded(n, "over_budget", f"cost_per_hour {cost_h:.2f} > "
@@ -902,8 +966,7 @@ class Ranker:
                 throughput_p10=lo_[i] if interval else None,
                 throughput_p90=hi_[i] if interval else None,
                 novelty=NOVELTY_GROUPS[group_[i]]))
-        ranking.sort(key=lambda r: _sort_key(r, objective, risk))
-        return ranking, excluded
+        return order_ranking(ranking, objective, risk), excluded
 
     # Batch prediction ------------------------------------------------------------------------
     def predict(self, jobs: pd.DataFrame | Sequence[Mapping[str, Any]],

@@ -107,9 +107,11 @@ class RankRequest(BaseModel):
     max_cost_per_hour: float | None = Field(
         None, gt=0, le=1e12, allow_inf_nan=False,
         description="Budget: types whose cost per hour exceeds it are excluded.")
-    risk: Literal["neutral", "averse"] = Field(
-        "neutral", description="neutral: order by the median prediction; averse: by the lower "
-        "bound of each type's 80% interval.")
+    risk: Literal["neutral", "cautious", "averse"] = Field(
+        "cautious", description="cautious (default): keep the cheapest type first unless a "
+        "dearer one's predicted value gain is confident given the 80% intervals; neutral: "
+        "order by the median prediction; averse: by the lower bound of each type's 80% "
+        "interval.")
     free_devices: dict[HardwareName, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = \
         Field(None, max_length=1024, description="Devices of each type free for this job now "
               "(optional, e.g. from the scheduler). A type with fewer than the job needs is "
@@ -162,7 +164,7 @@ class RankResponse(BaseModel):
     reason: str | None = Field(None, description="null when ranked; else '<code>: <detail>' "
                                "(no_model, invalid_request, prediction_failed, client_*)")
     objective: str = "value"
-    risk: str = "neutral"
+    risk: str = "cautious"
     latency_ms: float = 0.0
     ignored_fields: list[str] = Field(default_factory=list)
 
