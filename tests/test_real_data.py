@@ -78,11 +78,17 @@ def test_splits_leak_no_held_out_row(clean: pd.DataFrame, source: str, protocol:
         elif protocol == "unseen_model":
             assert set(test["model"]) == {s.fold}
             assert s.fold not in set(train["model"])
+        elif protocol == "newest_types":
+            held = set(s.fold.removeprefix("newest: ").split(", "))
+            assert set(test["hardware"]) == held and not held & set(train["hardware"])
+            cat = benchmark_catalog()
+            assert min(cat[h].year for h in held) >= max(cat[h].year for h in train["hardware"])
+            assert train["hardware"].nunique() >= 2
         else:
             assert set(test["hardware"]) == {s.fold} and (test["num_devices"] > 1).all()
             on_type = train[train["hardware"] == s.fold]
             assert len(on_type) and (on_type["num_devices"] == 1).all()
-    if protocol == "scaling":
+    if protocol in ("scaling", "newest_types"):
         assert (tested <= 1).all()
     else:  # every row is predicted exactly once
         assert (tested == 1).all()
@@ -181,6 +187,16 @@ def test_spec_ratio_scales_by_the_published_ratio(catalog: Catalog) -> None:
     laptop = _rows(("RTX-3070", 1, 64, 0.0))
     assert np.isnan(SpecRatio("geomean")(train, laptop, catalog)[0])
     assert np.isfinite(SpecRatio("geomean", specs="catalog")(train, laptop, catalog)[0])
+
+
+def test_spec_ratio_nearest_copies_the_closest_type_only(catalog: Catalog) -> None:
+    train = _rows(("A100-SXM4-40GB", 1, 64, 1000.0), ("T4", 1, 64, 50.0))
+    test = _rows(("H100-SXM", 1, 64, 0.0))
+    near = SpecRatio("geomean", nearest=True)(train, test.drop(columns=[TARGET]), catalog)
+    both = SpecRatio("geomean")(train, test.drop(columns=[TARGET]), catalog)
+    # The A100 is nearer the H100 than the T4 is: its figure alone, scaled.
+    assert near[0] == pytest.approx(1000.0 * math.sqrt(989.4 / 312.0 * 3350.0 / 1560.0))
+    assert near[0] != pytest.approx(both[0])
 
 
 def test_spec_ratio_bound_picks_the_ratio_that_explains_training(catalog: Catalog) -> None:

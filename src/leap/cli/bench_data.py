@@ -141,7 +141,8 @@ def real_data(
         show_default=False),
     protocol: list[str] = typer.Option(
         None, "--protocol", "-p", help="Only this protocol (repeatable): held_out_cells, "
-        "unseen_hardware, unseen_model, scaling. Default: all.", show_default=False),
+        "unseen_hardware, unseen_model, scaling, newest_types. Default: all.",
+        show_default=False),
     folds: int = typer.Option(10, "--folds", min=2, help="Folds of held_out_cells."),
     seed: int = typer.Option(0, "--seed", help="Seed dealing cells into folds."),
     include_flagged: bool = typer.Option(

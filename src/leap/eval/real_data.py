@@ -12,6 +12,10 @@ Four protocols, each run per source (units and harnesses differ between sources)
 ``scaling``
     For each type with single-device rows, predict its multi-device rows from everything
     else: its own single-device rows plus other types' rows of any size.
+``newest_types``
+    What a user meets when a new generation arrives: hold out the source's newest types
+    together (by release year, newest first, until at least :data:`NEWEST_MIN_TYPES` are
+    out while two older types stay) and predict them from the older ones only.
 
 A predictor is a :data:`FitPredict`: ``fn(train, test, catalog) -> predicted throughput`` per
 test row, NaN where it has no estimate (reported as lost coverage). ``test`` never carries
@@ -56,7 +60,10 @@ FitPredict = Callable[[pd.DataFrame, pd.DataFrame, Catalog], np.ndarray]
 #: ``fn(train_attempts, test_attempts, catalog) -> predicted throughput`` on attempt tables.
 AttemptsFitPredict = Callable[[pa.Table, pa.Table, Catalog], np.ndarray]
 
-PROTOCOLS: tuple[str, ...] = ("held_out_cells", "unseen_hardware", "unseen_model", "scaling")
+PROTOCOLS: tuple[str, ...] = ("held_out_cells", "unseen_hardware", "unseen_model", "scaling",
+                              "newest_types")
+#: Types ``newest_types`` holds out at least (fewer when only two older types would stay).
+NEWEST_MIN_TYPES = 3
 TARGET = "throughput_samples_per_s"
 #: A measurement cell: what ``held_out_cells`` holds out together.
 CELL_KEY: tuple[str, ...] = ("source", "model", "hardware", "num_devices", "batch_size")
@@ -83,9 +90,34 @@ def _group_codes(df: pd.DataFrame, cols: Sequence[str]) -> np.ndarray:
     return df.groupby(list(cols), dropna=False, sort=True).ngroup().to_numpy()
 
 
+def newest_types(types: Sequence[str], catalog: Catalog) -> list[str]:
+    """The types ``newest_types`` holds out: whole release years, newest first, until at
+    least :data:`NEWEST_MIN_TYPES` are out, never leaving fewer than two older types.
+
+    Examples
+    --------
+    >>> from leap.datasets import benchmark_catalog
+    >>> newest_types(["K80", "P100", "V100-SXM2-16GB"], benchmark_catalog())
+    ['V100-SXM2-16GB']
+    """
+    year = {h: catalog[h].year for h in types}
+    held: list[str] = []
+    for y in sorted(set(year.values()), reverse=True):
+        more = held + sorted(h for h in types if year[h] == y)
+        if len(types) - len(more) < 2:
+            break
+        held = more
+        if len(held) >= NEWEST_MIN_TYPES:
+            break
+    return held
+
+
 def make_splits(df: pd.DataFrame, protocol: str, *, n_folds: int = 10,
-                seed: int = 0) -> list[Split]:
+                seed: int = 0, catalog: Catalog | None = None) -> list[Split]:
     """The folds of ``protocol`` on ``df`` (rows of ONE source), deterministic for a seed.
+
+    ``catalog`` gives the release years ``newest_types`` needs (default
+    :func:`leap.datasets.benchmark_catalog`).
 
     Examples
     --------
@@ -123,6 +155,10 @@ def make_splits(df: pd.DataFrame, protocol: str, *, n_folds: int = 10,
         values = df[col].to_numpy()
         for v in sorted(pd.unique(values)):
             add(str(v), values == v)
+    elif protocol == "newest_types":
+        hw = df["hardware"].to_numpy()
+        held = newest_types(sorted(pd.unique(hw)), catalog or benchmark_catalog())
+        add("newest: " + ", ".join(held), np.isin(hw, held))
     else:  # scaling
         hw = df["hardware"].to_numpy()
         multi = df["num_devices"].to_numpy() > 1
@@ -223,12 +259,16 @@ class SpecRatio:
         ``catalog``: the catalog handed in, estimates included.
     match_batch : bool
         Prefer references with the test row's per-device batch size.
+    nearest : bool
+        Use only the reference type nearest in specs (log peak FLOP/s and log bandwidth)
+        instead of the median over all references: "copy the nearest older type's figure
+        times the spec ratio".
     """
 
     RATIOS = ("geomean", "flops", "bandwidth", "bound")
 
     def __init__(self, ratio: str = "geomean", *, specs: str = "published",
-                 match_batch: bool = True) -> None:
+                 match_batch: bool = True, nearest: bool = False) -> None:
         if ratio not in self.RATIOS:
             raise ConfigError(f"unknown spec ratio '{ratio}'{did_you_mean(ratio, self.RATIOS)}")
         if specs not in ("published", "catalog"):
@@ -236,6 +276,7 @@ class SpecRatio:
         self.ratio = ratio
         self.specs = specs
         self.match_batch = match_batch
+        self.nearest = nearest
 
     def _peaks(self, catalog: Catalog, names: Sequence[str]) -> pd.DataFrame:
         if self.specs == "catalog":
@@ -304,7 +345,13 @@ class SpecRatio:
         else:
             r = ref[self.ratio].to_numpy()
         ref["est"] = ref["y"].to_numpy(float) * r
-        est = ref.dropna(subset=["est"]).groupby("_row")["est"].median()
+        ref = ref.dropna(subset=["est"])
+        if self.nearest:
+            dist = np.abs(np.log(ref["flops"].to_numpy(float))) \
+                + np.abs(np.log(ref["bandwidth"].to_numpy(float)))
+            ref = ref.assign(_d=dist).sort_values(["_row", "_d", "g"]) \
+                .drop_duplicates("_row")
+        est = ref.groupby("_row")["est"].median()
         out = np.full(len(test), np.nan)
         out[est.index.to_numpy(dtype=np.int64)] = est.to_numpy()
         return out
@@ -407,6 +454,7 @@ def baseline_predictors() -> dict[str, FitPredict]:
         "spec_ratio_bandwidth": SpecRatio("bandwidth"),
         "spec_ratio_bound": SpecRatio("bound"),
         "spec_ratio_geomean_catalog": SpecRatio("geomean", specs="catalog"),
+        "spec_ratio_nearest": SpecRatio("geomean", nearest=True),
         "knn": NearestNeighbors(k=5),
         "linear_scaling": LinearScaling(),
     }
@@ -554,7 +602,7 @@ def held_out_predictions(frame: pd.DataFrame, predictors: Mapping[str, FitPredic
     (lambdas, closures) run in this process.
     """
     frame = frame.reset_index(drop=True)
-    splits = make_splits(frame, protocol, n_folds=n_folds, seed=seed)
+    splits = make_splits(frame, protocol, n_folds=n_folds, seed=seed, catalog=catalog)
     remote = parallel is not None and parallel.backend != "serial"
     tasks: dict[bool, list[tuple[str, Split, _Fold]]] = {True: [], False: []}
     for name, predictor in predictors.items():
@@ -646,7 +694,8 @@ def run_protocols(
             preds = held_out_predictions(frame, predictors, protocol, cat, n_folds=n_folds,
                                          seed=seed, parallel=parallel, progress=progress)
             tested = np.zeros(len(frame), dtype=bool)
-            for split in make_splits(frame, protocol, n_folds=n_folds, seed=seed):
+            for split in make_splits(frame, protocol, n_folds=n_folds, seed=seed,
+                                     catalog=cat):
                 tested[split.test] = True
             results[source][protocol] = {
                 name: _score(pred[tested], actual[tested], folds)
