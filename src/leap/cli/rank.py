@@ -89,6 +89,8 @@ def rank(
     version: str = typer.Option(None, "--version", help="Model version, a name from `leap "
                                 "models list` (default: latest)."),
     as_json: bool = typer.Option(False, "--json", help="Print the HTTP response object."),
+    record: bool = typer.Option(False, "--record", help="Record this ranking in the decision "
+                                "log (<home>/decisions.duckdb; see `leap monitor`)."),
 ) -> None:
     """Rank the eligible accelerator types of one job by value (the preference list)."""
     from leap.model.artifact import Registry
@@ -111,8 +113,22 @@ def rank(
     ranker = Ranker(Registry(ws.models_dir), costs=_costs(ws),
                     premium_min_speedup=premium_min_speedup, background_reload=False,
                     version=version)
-    result = ranker.rank(req.job.launch_fields(), req.candidates, objective=req.objective,
-                         max_cost_per_hour=req.max_cost_per_hour, risk=req.risk, strict=True)
+    decisions = None
+    if record:
+        from leap.rank.decisions import DecisionLog, decisions_path
+
+        decisions = DecisionLog(decisions_path(ws.ensure().home), retention_days=None)
+        ranker.decision_sink = decisions.sink("cli")
+    try:
+        result = ranker.rank(req.job.launch_fields(), req.candidates, objective=req.objective,
+                             max_cost_per_hour=req.max_cost_per_hour, risk=req.risk,
+                             strict=True)
+    finally:
+        if decisions is not None:
+            decisions.close()
+    if decisions is not None and decisions.written < decisions.recorded:
+        err_console.print(f"[yellow]warning:[/] the decision was not recorded: "
+                          f"{decisions.last_error}", highlight=False)
     out = RankResponse.model_validate(result.to_dict()).model_dump(mode="json")
     if as_json:
         print_json(out)
@@ -193,6 +209,15 @@ def serve(
     max_concurrent_predicts: int = typer.Option(2, "--max-concurrent-predicts", min=1,
                                                 help="/v1/predict calls served at once per "
                                                 "process; more get a 429 with Retry-After."),
+    decision_log: bool = typer.Option(True, "--decision-log/--no-decision-log", help="Record "
+                                      "every ranking served in <home>/decisions.duckdb (off "
+                                      "the request path; see `leap monitor`)."),
+    decision_retention_days: float = typer.Option(90.0, "--decision-retention-days", min=0.001,
+                                                  help="Delete recorded decisions older than "
+                                                  "this."),
+    decision_queue: int = typer.Option(50_000, "--decision-queue", min=1, help="Rankings "
+                                       "waiting to be recorded at most; beyond, they are "
+                                       "dropped and counted (leap_decisions_dropped_total)."),
     malloc_tuning: bool = typer.Option(True, "--malloc-tuning/--no-malloc-tuning",
                                        help="Restart the process with PYTHONMALLOC=malloc and "
                                        "MALLOC_ARENA_MAX=2 (unless set), so memory returns to "
@@ -212,14 +237,18 @@ def serve(
                              token=token, check_interval_s=check_interval,
                              premium_min_speedup=premium_min_speedup,
                              max_body_bytes=max_body_bytes, max_predict_rows=max_predict_rows,
-                             max_concurrent_predicts=max_concurrent_predicts)
+                             max_concurrent_predicts=max_concurrent_predicts,
+                             decision_log=decision_log,
+                             decision_retention_days=decision_retention_days,
+                             decision_queue=decision_queue)
     app_or_factory: Any
     if workers == 1:
         app_or_factory = settings.app(announce=True, host=host, port=port)
     else:
         # Worker processes import the factory and read these settings from their environment.
         os.environ[SERVE_SETTINGS_ENV] = json.dumps(asdict(settings))
-        settings.app(announce=True, host=host, port=port)  # load once here: errors show now
+        # Load once here so errors show now (no decision writer: the workers own theirs).
+        settings.app(announce=True, host=host, port=port, announce_only=True)
         app_or_factory = "leap.cli.rank:app_from_env"
     uvicorn.run(app_or_factory, factory=workers > 1, workers=workers, host=host, port=port,
                 log_level=log_level, access_log=False)
@@ -263,8 +292,12 @@ class ServeSettings:
     max_body_bytes: int = 8 * 1024 * 1024
     max_predict_rows: int = 20_000
     max_concurrent_predicts: int = 2
+    decision_log: bool = True
+    decision_retention_days: float = 90.0
+    decision_queue: int = 50_000
 
-    def app(self, *, announce: bool = False, host: str = "", port: int = 0) -> Any:
+    def app(self, *, announce: bool = False, host: str = "", port: int = 0,
+            announce_only: bool = False) -> Any:
         from leap.model.artifact import Registry
         from leap.rank.ranker import Ranker
         from leap.serve.app import create_app
@@ -282,10 +315,18 @@ class ServeSettings:
             err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
                               f"(docs at /docs{', token required' if self.token else ''})",
                               highlight=False)
+        decisions = None
+        if self.decision_log and not announce_only:
+            from leap.rank.decisions import DecisionLog, decisions_path
+
+            decisions = DecisionLog(decisions_path(ws.ensure().home),
+                                    retention_days=self.decision_retention_days,
+                                    max_queue=self.decision_queue)
         return create_app(ranker, token=self.token, poll_interval_s=self.check_interval_s,
                           max_body_bytes=self.max_body_bytes,
                           max_predict_rows=self.max_predict_rows,
-                          max_concurrent_predicts=self.max_concurrent_predicts)
+                          max_concurrent_predicts=self.max_concurrent_predicts,
+                          decisions=decisions)
 
 
 def app_from_env() -> Any:

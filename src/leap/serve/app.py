@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from leap import __version__
 from leap.errors import CatalogError, LeapError
+from leap.rank.decisions import DecisionLog
 from leap.rank.ranker import Ranker
 from leap.serve.payloads import (
     ErrorResponse,
@@ -149,6 +150,27 @@ class _RankerCollector(Collector):
         if w.refused_version is not None:
             refused.add_metric([w.refused_version], 1.0)
         yield refused
+
+
+class _DecisionCollector(Collector):
+    """The decision log's counters, read at scrape time."""
+
+    def __init__(self, decisions: DecisionLog) -> None:
+        self.decisions = decisions
+
+    def collect(self) -> Iterable[Metric]:
+        d = self.decisions
+        yield CounterMetricFamily("leap_decisions_recorded", "Rankings handed to the decision "
+                                  "log", value=d.recorded)
+        yield CounterMetricFamily("leap_decisions_written", "Rankings written to the decision "
+                                  "log's DuckDB file", value=d.written)
+        yield CounterMetricFamily("leap_decisions_dropped", "Rankings not recorded because the "
+                                  "decision log's queue was full (the ranking was served)",
+                                  value=d.dropped)
+        yield GaugeMetricFamily("leap_decisions_queued", "Rankings waiting to be written",
+                                value=d.queued)
+        yield CounterMetricFamily("leap_decision_write_errors", "Decision log flushes that "
+                                  "failed and were retried", value=d.write_errors)
 
 
 class _Edge:
@@ -274,7 +296,9 @@ def _field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
 def create_app(ranker: Ranker, *, token: str | None = None,
                max_predict_rows: int = DEFAULT_MAX_PREDICT_ROWS, poll_interval_s: float = 1.0,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               max_concurrent_predicts: int = DEFAULT_MAX_CONCURRENT_PREDICTS) -> FastAPI:
+               max_concurrent_predicts: int = DEFAULT_MAX_CONCURRENT_PREDICTS,
+               decisions: DecisionLog | None = None,
+               extra_collectors: Iterable[Collector] = ()) -> FastAPI:
     """The FastAPI app serving ``ranker`` (build the Ranker at the edge and pass it in).
 
     Parameters
@@ -292,6 +316,11 @@ def create_app(ranker: Ranker, *, token: str | None = None,
         Largest request body (413 beyond, before any parsing).
     max_concurrent_predicts : int
         ``/v1/predict`` calls served at once; more get a 429 with ``Retry-After``.
+    decisions : DecisionLog, optional
+        Record every ranking served (it becomes ``ranker``'s decision sink, source ``http``;
+        detached and flushed at shutdown). Its counters appear in ``/metrics``.
+    extra_collectors : iterable of Collector
+        More Prometheus collectors (e.g. the monitor's gauges).
 
     Examples
     --------
@@ -304,6 +333,11 @@ def create_app(ranker: Ranker, *, token: str | None = None,
     latency = Histogram("leap_http_request_duration_seconds", "HTTP request latency by path",
                         ["path"], buckets=LATENCY_BUCKETS_S, registry=metrics)
     metrics.register(_RankerCollector(ranker))
+    if decisions is not None:
+        metrics.register(_DecisionCollector(decisions))
+        ranker.decision_sink = decisions.sink("http")
+    for collector in extra_collectors:
+        metrics.register(collector)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -319,6 +353,9 @@ def create_app(ranker: Ranker, *, token: str | None = None,
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            if decisions is not None:
+                ranker.decision_sink = None
+                decisions.close()
 
     app = FastAPI(title="leap", version=__version__, lifespan=lifespan,
                   description="Predicted training throughput per accelerator type, and the "
@@ -326,6 +363,7 @@ def create_app(ranker: Ranker, *, token: str | None = None,
                   "empty ranking with a reason means no advice, never an error.")
     app.state.ranker = ranker
     app.state.metrics = metrics
+    app.state.decisions = decisions
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
