@@ -218,6 +218,10 @@ def serve(
     decision_queue: int = typer.Option(50_000, "--decision-queue", min=1, help="Rankings "
                                        "waiting to be recorded at most; beyond, they are "
                                        "dropped and counted (leap_decisions_dropped_total)."),
+    monitor_gauges: bool = typer.Option(False, "--monitor-gauges", help="Also export `leap "
+                                        "monitor`'s latest day as leap_monitor_* gauges in "
+                                        "/metrics (recomputed at most every 5 minutes; each "
+                                        "time the store is opened read-only for a moment)."),
     malloc_tuning: bool = typer.Option(True, "--malloc-tuning/--no-malloc-tuning",
                                        help="Restart the process with PYTHONMALLOC=malloc and "
                                        "MALLOC_ARENA_MAX=2 (unless set), so memory returns to "
@@ -240,7 +244,7 @@ def serve(
                              max_concurrent_predicts=max_concurrent_predicts,
                              decision_log=decision_log,
                              decision_retention_days=decision_retention_days,
-                             decision_queue=decision_queue)
+                             decision_queue=decision_queue, monitor_gauges=monitor_gauges)
     app_or_factory: Any
     if workers == 1:
         app_or_factory = settings.app(announce=True, host=host, port=port)
@@ -295,6 +299,7 @@ class ServeSettings:
     decision_log: bool = True
     decision_retention_days: float = 90.0
     decision_queue: int = 50_000
+    monitor_gauges: bool = False
 
     def app(self, *, announce: bool = False, host: str = "", port: int = 0,
             announce_only: bool = False) -> Any:
@@ -315,6 +320,13 @@ class ServeSettings:
             err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
                               f"(docs at /docs{', token required' if self.token else ''})",
                               highlight=False)
+        collectors: list[Any] = []
+        if self.monitor_gauges:
+            from leap.eval.monitor import MonitorCollector
+            from leap.rank.decisions import decisions_path
+
+            collectors.append(MonitorCollector(ws.store_path, decisions_path(ws.home),
+                                               ttl_s=300.0))
         decisions = None
         if self.decision_log and not announce_only:
             from leap.rank.decisions import DecisionLog, decisions_path
@@ -326,7 +338,7 @@ class ServeSettings:
                           max_body_bytes=self.max_body_bytes,
                           max_predict_rows=self.max_predict_rows,
                           max_concurrent_predicts=self.max_concurrent_predicts,
-                          decisions=decisions)
+                          decisions=decisions, extra_collectors=collectors)
 
 
 def app_from_env() -> Any:
