@@ -320,13 +320,12 @@ class ServeSettings:
             err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
                               f"(docs at /docs{', token required' if self.token else ''})",
                               highlight=False)
-        collectors: list[Any] = []
-        if self.monitor_gauges:
-            from leap.eval.monitor import MonitorCollector
-            from leap.rank.decisions import decisions_path
+        from leap.eval.monitor import MonitorCollector
+        from leap.rank.decisions import decisions_path
 
-            collectors.append(MonitorCollector(ws.store_path, decisions_path(ws.home),
-                                               ttl_s=300.0))
+        # The web page and (with monitor_gauges) /metrics read the live figures from here.
+        monitor = MonitorCollector(ws.store_path, decisions_path(ws.home), ttl_s=300.0)
+        collectors: list[Any] = [monitor] if self.monitor_gauges else []
         decisions = None
         if self.decision_log and not announce_only:
             from leap.rank.decisions import DecisionLog, decisions_path
@@ -338,7 +337,8 @@ class ServeSettings:
                           max_body_bytes=self.max_body_bytes,
                           max_predict_rows=self.max_predict_rows,
                           max_concurrent_predicts=self.max_concurrent_predicts,
-                          decisions=decisions, extra_collectors=collectors)
+                          decisions=decisions, extra_collectors=collectors,
+                          monitor=monitor)
 
 
 def app_from_env() -> Any:

@@ -33,7 +33,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from leap import __version__
 from leap.errors import CatalogError, LeapError
+from leap.eval.monitor import MonitorCollector
 from leap.rank.decisions import DecisionLog
 from leap.rank.ranker import Ranker
 from leap.serve.payloads import (
@@ -61,7 +62,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PATHS = ("/v1/rank", "/v1/predict", "/healthz", "/v1/model", "/metrics", "/docs",
-         "/openapi.json", "/docs/oauth2-redirect", "/redoc")
+         "/openapi.json", "/docs/oauth2-redirect", "/redoc", "/", "/dashboard/nightly.png",
+         "/dashboard/live.png")
 OPEN_PATHS = frozenset({"/healthz"})
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1,
                      0.25, 0.5, 1.0, 2.5, 5.0)
@@ -298,7 +300,8 @@ def create_app(ranker: Ranker, *, token: str | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                max_concurrent_predicts: int = DEFAULT_MAX_CONCURRENT_PREDICTS,
                decisions: DecisionLog | None = None,
-               extra_collectors: Iterable[Collector] = ()) -> FastAPI:
+               extra_collectors: Iterable[Collector] = (),
+               monitor: MonitorCollector | None = None, dashboard: bool = True) -> FastAPI:
     """The FastAPI app serving ``ranker`` (build the Ranker at the edge and pass it in).
 
     Parameters
@@ -321,6 +324,10 @@ def create_app(ranker: Ranker, *, token: str | None = None,
         detached and flushed at shutdown). Its counters appear in ``/metrics``.
     extra_collectors : iterable of Collector
         More Prometheus collectors (e.g. the monitor's gauges).
+    monitor : MonitorCollector, optional
+        Where the web page reads the live figures (``leap monitor``'s, cached).
+    dashboard : bool
+        Serve the web page at ``/`` (:mod:`leap.serve.dashboard`).
 
     Examples
     --------
@@ -454,6 +461,26 @@ def create_app(ranker: Ranker, *, token: str | None = None,
              response_class=Response)
     async def prometheus() -> Response:
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    if dashboard:
+        from leap.serve.dashboard import Dashboard
+
+        page = Dashboard(ranker, monitor=monitor, decisions=decisions)
+
+        # Plain `def`s: FastAPI runs them in worker threads (the live figures may read the
+        # store, the plots take matplotlib a moment), never on the event loop.
+        @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+        def dashboard_page(request: Request) -> HTMLResponse:
+            body, status = page.page(dict(request.query_params))
+            return HTMLResponse(body, status_code=status)
+
+        @app.get("/dashboard/nightly.png", include_in_schema=False)
+        def nightly_png() -> Response:
+            return Response(page.nightly_png(), media_type="image/png")
+
+        @app.get("/dashboard/live.png", include_in_schema=False)
+        def live_png() -> Response:
+            return Response(page.live_png(), media_type="image/png")
 
     app.add_middleware(_Edge, token=token, requests=requests, latency=latency,
                        max_body_bytes=max_body_bytes,
