@@ -67,7 +67,7 @@ def _costs(ws: Workspace) -> Any:
 
 
 @app.command(epilog="Example: leap rank --job job.json --candidates H100-SXM,A100-SXM4-80GB,L4 "
-             "--json")
+             "--json   (for your scheduler: --format skypilot|kubernetes|slurm)")
 @guarded
 def rank(
     ctx: typer.Context,
@@ -89,6 +89,10 @@ def rank(
     version: str = typer.Option(None, "--version", help="Model version, a name from `leap "
                                 "models list` (default: latest)."),
     as_json: bool = typer.Option(False, "--json", help="Print the HTTP response object."),
+    fmt: str = typer.Option(None, "--format", help="Print the preference list for your "
+                            "scheduler: skypilot (resources.ordered), kubernetes (pod "
+                            "nodeAffinity preferences) or slurm (#SBATCH lines per choice). "
+                            "Names come from the catalog (overridable)."),
     record: bool = typer.Option(False, "--record", help="Record this ranking in the decision "
                                 "log (<home>/decisions.duckdb; see `leap monitor`)."),
 ) -> None:
@@ -106,6 +110,10 @@ def rank(
         request["max_cost_per_hour"] = max_cost_per_hour
     if risk is not None:
         request["risk"] = risk
+    if fmt is not None:
+        from leap.rank.formats import check_format
+
+        check_format(fmt)
     req = _validate(request)
     ws = workspace(ctx)
     # A version is a name in the models folder (a path is refused with a clear message); one
@@ -130,6 +138,16 @@ def rank(
         err_console.print(f"[yellow]warning:[/] the decision was not recorded: "
                           f"{decisions.last_error}", highlight=False)
     out = RankResponse.model_validate(result.to_dict()).model_dump(mode="json")
+    if fmt is not None:
+        from leap.catalog import Catalog
+        from leap.rank.formats import render
+
+        text = render(fmt, out, req.job.launch_fields(), Catalog.load(ws.catalog_path))
+        if as_json:
+            print_json({**out, "format": fmt, "formatted": text})
+        else:
+            sys.stdout.write(text)
+        return
     if as_json:
         print_json(out)
         return

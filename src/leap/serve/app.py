@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from leap import __version__
+from leap.catalog import Catalog
 from leap.errors import CatalogError, LeapError
 from leap.eval.monitor import MonitorCollector
 from leap.rank.decisions import DecisionLog
@@ -301,7 +302,8 @@ def create_app(ranker: Ranker, *, token: str | None = None,
                max_concurrent_predicts: int = DEFAULT_MAX_CONCURRENT_PREDICTS,
                decisions: DecisionLog | None = None,
                extra_collectors: Iterable[Collector] = (),
-               monitor: MonitorCollector | None = None, dashboard: bool = True) -> FastAPI:
+               monitor: MonitorCollector | None = None, dashboard: bool = True,
+               catalog: Catalog | None = None) -> FastAPI:
     """The FastAPI app serving ``ranker`` (build the Ranker at the edge and pass it in).
 
     Parameters
@@ -328,12 +330,17 @@ def create_app(ranker: Ranker, *, token: str | None = None,
         Where the web page reads the live figures (``leap monitor``'s, cached).
     dashboard : bool
         Serve the web page at ``/`` (:mod:`leap.serve.dashboard`).
+    catalog : Catalog, optional
+        Scheduler names for ``format`` (:mod:`leap.rank.formats`); default the Ranker's cost
+        catalog, else the shipped one.
 
     Examples
     --------
     >>> # app = create_app(Ranker(Registry(ws.models_dir)), token=None)
     >>> # uvicorn.run(app, host="127.0.0.1", port=8787)
     """
+    names = catalog if catalog is not None else (
+        ranker.costs if ranker.costs is not None else Catalog.default())
     metrics = CollectorRegistry()
     requests = Counter("leap_http_requests", "HTTP requests by path, method and status",
                        ["path", "method", "status"], registry=metrics)
@@ -407,7 +414,13 @@ def create_app(ranker: Ranker, *, token: str | None = None,
             # must not turn into a 500 that blocks a launch; counted and reported as a reason.
             return RankResponse.failed(ranker.record_fail_open(
                 "prediction_failed", f"{type(exc).__name__}: {exc}"), req.objective)
-        return result.to_dict()
+        out = result.to_dict()
+        if req.format != "json":
+            from leap.rank.formats import render
+
+            out["format"] = req.format
+            out["formatted"] = render(req.format, out, job, names)
+        return out
 
     @app.post("/v1/predict", response_model=PredictResponse, responses=_PREDICT_ERRORS,
               tags=["predict"], summary="Predict samples/s for (job, hardware) rows")
