@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from bench_http import free_port, start_server
 from bench_rank import bench_workspace, write_result
+
 from test_monitor import _direct
 
 

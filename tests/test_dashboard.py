@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from conftest import SMALL_AS_OF
 from leap.config import Workspace
 from leap.data.schema import JOB_COLUMNS
 from leap.data.store import Store
@@ -26,8 +27,6 @@ from leap.model.artifact import Registry
 from leap.rank.decisions import DecisionLog, decisions_path
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
-
-from conftest import SMALL_AS_OF
 from test_serve import serving
 
 IMG = Path(__file__).resolve().parent.parent / "docs" / "img"

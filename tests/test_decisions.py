@@ -16,7 +16,6 @@ from leap.errors import ConfigError
 from leap.rank.decisions import DecisionLog, _Pending, read_decisions
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
-
 from test_rank import jobs, ranker  # noqa: F401
 
 
@@ -54,7 +53,7 @@ def test_python_api_rankings_are_recorded_with_ids_and_entries(
 
 
 def test_full_queue_drops_and_counts_without_blocking(ranker: Ranker,  # noqa: F811
-                                                      jobs: list[dict[str, Any]],
+                                                      jobs: list[dict[str, Any]],  # noqa: F811
                                                       tmp_path: Path) -> None:
     # The log's path is a directory: every flush fails, so the queue fills and stays full.
     (tmp_path / "d.duckdb").mkdir()
@@ -76,7 +75,8 @@ def test_full_queue_drops_and_counts_without_blocking(ranker: Ranker,  # noqa: F
 
 
 def test_a_failing_sink_never_changes_the_answer(ranker: Ranker,  # noqa: F811
-                                                 jobs: list[dict[str, Any]]) -> None:
+                                                 jobs: list[dict[str, Any]]  # noqa: F811
+                                                 ) -> None:
     mine = ranker.with_options()
 
     def broken(*_: Any) -> None:

@@ -23,7 +23,6 @@ from leap.errors import ConfigError
 from leap.rank.formats import SCHEDULER_FORMATS, render
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
-
 from test_rank import jobs, ranker  # noqa: F401
 
 DATA = Path(__file__).parent / "data"

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+from conftest import SMALL_AS_OF
 from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.schema import JOB_COLUMNS
@@ -26,8 +27,6 @@ from leap.model.artifact import Registry
 from leap.rank.decisions import DecisionLog, decisions_path, read_decisions
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
-
-from conftest import SMALL_AS_OF
 
 runner = CliRunner()
 _register()
@@ -102,9 +101,11 @@ def _direct(day: pd.DataFrame, answers: dict[str, dict[str, Any]]) -> dict[str, 
     p, t, lo, hi, ratio = (np.array(c, float) for c in zip(*rows, strict=True))
     err = np.abs(p / t - 1)
     return {"attempts": n, "covered": int(covered.sum()),
-            "coverage_attempts": covered.mean(), "coverage_gpu_hours": gh[covered].sum() / gh.sum(),
+            "coverage_attempts": covered.mean(),
+            "coverage_gpu_hours": gh[covered].sum() / gh.sum(),
             "first_choice_share": float(np.mean(pos[covered] == 1)),
-            "first_choice_share_gpu_hours": gh[covered][pos[covered] == 1].sum() / gh[covered].sum(),
+            "first_choice_share_gpu_hours":
+                gh[covered][pos[covered] == 1].sum() / gh[covered].sum(),
             "top3_share": float(np.mean(pos[covered] <= 3)), "scored": len(rows),
             "within_20": float(np.mean(err <= 0.2)), "mdape": float(np.median(err)),
             "interval_coverage": float(np.mean((lo <= t) & (t <= hi))),

@@ -61,7 +61,7 @@ def monitor(
                 return gauges(report.latest)
 
         reg = CollectorRegistry()
-        reg.register(_Once())  # type: ignore[arg-type]
+        reg.register(_Once())
         typer.echo(generate_latest(reg).decode(), nl=False)
         return
     if as_json:

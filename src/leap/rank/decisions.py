@@ -310,7 +310,8 @@ class DecisionLog:
         except Exception as exc:  # e.g. another process holds the file (leap monitor):
             # keep the batch and retry on the next flush; never lose it silently.
             self.write_errors += 1
-            self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            self.last_error = f"{type(exc).__name__}: {first}"
             log.warning("decision log write failed (will retry): %s", self.last_error)
             self._pending = batch
             if not self._stop.is_set():
@@ -330,7 +331,6 @@ class DecisionLog:
 
 def read_decisions(path: Path) -> tuple[Any, Any]:
     """Both tables of a decision log as pandas frames (empty frames when there is no log)."""
-    import duckdb
     import pandas as pd
 
     if not Path(path).exists():

@@ -169,10 +169,10 @@ class RankResponse(BaseModel):
     risk: str = "neutral"
     latency_ms: float = 0.0
     ignored_fields: list[str] = Field(default_factory=list)
-    format: str = Field("json", description="the format asked for")
-    formatted: str | None = Field(None, description="the preference list in `format` (YAML for "
-                                  "skypilot and kubernetes, #SBATCH lines for slurm); null for "
-                                  "json")
+    format: str = Field(default="json", description="the format asked for")
+    formatted: str | None = Field(
+        default=None, description="the preference list in `format` (YAML for skypilot and "
+        "kubernetes, #SBATCH lines for slurm); null for json")
 
     @classmethod
     def failed(cls, reason: str, objective: str = "value") -> RankResponse:
