@@ -7,8 +7,11 @@ written = rankings served, or the drops are counted.
    time of the decision sink call alone (what the caller's thread pays: one ``put_nowait``),
    while the background writer runs. Also the rank latency with and without the log.
 2. Load: ``--threads`` threads rank ``--load-calls`` jobs as fast as they can, with the default
-   queue, then a tiny queue (1,000) and a writer slowed to 1 flush per second; each run must
-   end with ``written == served`` or ``written + dropped == served``.
+   queue, then a small queue (1,000) and a writer flushing once a second; each run must end
+   with ``written == served`` or ``written + dropped == served``.
+3. Burst: 50,000 recorded answers offered as fast as one thread can into a 1,000-record
+   queue (far faster than ranking can produce them), so records are dropped: written +
+   dropped must equal offered.
 
 Prints the figures and writes bench/results/bench_decision_log.json.
 
@@ -108,6 +111,27 @@ def load(ranker: Any, jobs: list[dict[str, Any]], n: int, threads: int, folder: 
     return out
 
 
+def burst(ranker: Any, jobs: list[dict[str, Any]], n: int, folder: Path) -> dict[str, Any]:
+    """Record ``n`` answers as fast as the caller can into a 1,000-record queue: far beyond
+    what ranking produces, so the queue fills; every record is written or counted dropped."""
+    from leap.rank.decisions import DecisionLog, read_decisions
+
+    answers = [(j, ranker.rank(j, CANDIDATES)) for j in jobs[:100]]
+    log = DecisionLog(folder / "burst.duckdb", max_queue=1_000)
+    t0 = time.perf_counter()
+    for i in range(n):
+        job, res = answers[i % len(answers)]
+        log.record({**job, "attempt_id": f"burst-{i}"}, CANDIDATES, res)
+    wall = time.perf_counter() - t0
+    log.flush(120)
+    log.close()
+    dec, _ = read_decisions(folder / "burst.duckdb")
+    out = {"offered": n, "rows_in_file": len(dec), "dropped": log.dropped,
+           "records_per_s": n / wall, "max_queue": 1_000}
+    out["accounted"] = out["rows_in_file"] + out["dropped"] == n
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path)
@@ -133,13 +157,18 @@ def main() -> None:
                      flush_interval_s=0.5, name="default"),
                 load(ranker, jobs, args.load_calls, args.threads, folder, max_queue=1_000,
                      flush_interval_s=1.0, name="small_queue")]
+        flood = burst(ranker, jobs, 50_000, folder)
+    print(f"burst: {flood['offered']:,} records offered at {flood['records_per_s']:,.0f}/s to a "
+          f"queue of 1,000: written {flood['rows_in_file']:,}, dropped {flood['dropped']:,} -> "
+          f"accounted: {flood['accounted']}")
     for r in runs:
         print(f"load (queue {r['max_queue']:,}): served {r['served']:,}, written "
               f"{r['rows_in_file']:,}, dropped {r['dropped']:,} -> accounted: {r['accounted']} "
               f"({r['rankings_per_s']:.0f} rankings/s)")
     write_result("bench_decision_log", {
-        "target_sink_p99_ms": 0.2, "added_cost": cost, "load": runs,
-        "ok": cost["sink"]["p99_ms"] < 0.2 and all(r["accounted"] for r in runs),
+        "target_sink_p99_ms": 0.2, "added_cost": cost, "load": runs, "burst": flood,
+        "ok": cost["sink"]["p99_ms"] < 0.2 and all(r["accounted"] for r in runs)
+        and flood["accounted"],
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
     })
 
