@@ -134,3 +134,21 @@ def test_http_rankings_are_recorded_and_counted_in_metrics(
     assert mine.decision_sink is None  # detached at shutdown
     dec, _ = read_decisions(tmp_path / "d.duckdb")
     assert sorted(dec["job_id"]) == ["j0", "j1", "j2"] and set(dec["source"]) == {"http"}
+
+
+def test_cli_rank_record_logs_one_decision(fresh_copy: Any, jobs: list[dict[str, Any]],  # noqa: F811
+                                           tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from leap.cli import _register, app
+    from leap.rank.decisions import decisions_path
+
+    _register()
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({**jobs[0], "job_id": "cli-1"}))
+    res = CliRunner().invoke(app, ["--home", str(fresh_copy.home), "rank", "--job",
+                                   str(job_file), "--record", "--json"])
+    assert res.exit_code == 0, res.output
+    dec, ent = read_decisions(decisions_path(fresh_copy.home))
+    assert dec["job_id"].tolist() == ["cli-1"] and dec["source"].tolist() == ["cli"]
+    assert len(ent) == len(json.loads(res.output)["ranking"]) > 0
