@@ -203,7 +203,10 @@ class DecisionLog:
                result: RankResult, source: str = "python") -> bool:
         """Queue one ranking; False (and counted in :attr:`dropped`) when the queue is full."""
         try:
-            self._queue.put_nowait(_Pending(time.time(), source, job, candidates, result))
+            # Shallow copies (about a microsecond): a caller may reuse its dict after ranking.
+            self._queue.put_nowait(_Pending(time.time(), source, dict(job),
+                                            None if candidates is None else tuple(candidates),
+                                            result))
         except queue.Full:
             with self._count_lock:
                 self.dropped += 1
