@@ -41,6 +41,13 @@ class Hardware:
     spec_source: str = ""
     cost_source: str = ""
     notes: str = ""
+    # How schedulers name the type (``leap rank --format``); empty = the documented default
+    # (see :mod:`leap.rank.formats`). Not figures: left out of :meth:`Catalog.fingerprint`.
+    skypilot_name: str = ""
+    k8s_label_key: str = ""
+    k8s_label_value: str = ""
+    slurm_gres: str = ""
+    slurm_constraint: str = ""
 
     @property
     def bf16_native(self) -> float:
@@ -49,6 +56,10 @@ class Hardware:
         return 0.0 if self.vendor == "NVIDIA" and self.architecture.startswith(
             NO_BF16_ARCHITECTURES) else 1.0
 
+
+#: Catalog fields that name a type in a scheduler's vocabulary (see leap.rank.formats).
+SCHEDULER_NAME_FIELDS: tuple[str, ...] = ("skypilot_name", "k8s_label_key", "k8s_label_value",
+                                          "slurm_gres", "slurm_constraint")
 
 #: NVIDIA architectures without bf16 tensor cores (bf16 arrived with Ampere).
 NO_BF16_ARCHITECTURES = ("Pascal", "Volta", "Turing")
@@ -236,7 +247,9 @@ class Catalog(Mapping[str, Hardware]):
         import hashlib
         import json
 
-        blob = json.dumps(self.to_records(), sort_keys=True).encode()
+        records = [{k: v for k, v in r.items() if k not in SCHEDULER_NAME_FIELDS}
+                   for r in self.to_records()]
+        blob = json.dumps(records, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def to_toml(self) -> str:

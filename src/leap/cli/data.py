@@ -12,7 +12,14 @@ from rich.table import Table
 
 from leap.catalog import Catalog
 from leap.cli import app, console, err_console, guarded, print_json, workspace
-from leap.data.ingest import IngestLimits, IngestReport, check_files, store_checked
+from leap.data.ingest import (
+    IngestLimits,
+    IngestReport,
+    check_files,
+    expand_inputs,
+    new_files,
+    store_checked,
+)
 from leap.data.schema import ALL_COLUMNS
 from leap.data.store import Store
 from leap.errors import did_you_mean
@@ -41,13 +48,19 @@ _INGEST_HELP = (
 
 
 @app.command(help=_INGEST_HELP,
-             epilog="Example:  leap --home ./fleet ingest attempts-2024-05-*.csv day.parquet")
+             epilog="Example:  leap --home ./fleet ingest attempts-2024-05-*.csv day.parquet   "
+             "or, nightly:  leap ingest --incremental exports/attempts/")
 @guarded
 def ingest(
     ctx: typer.Context,
     files: list[Path] = typer.Argument(
         ..., help="CSV (.csv, .csv.gz), Parquet (.parquet, .pq) or JSON Lines (.jsonl, "
-        ".ndjson) files of attempts, in the schema of the spec.", show_default=False),
+        ".ndjson) files of attempts, in the schema of the spec; a directory (searched "
+        "recursively, e.g. a Hive-partitioned export date=YYYY-MM-DD/*.parquet) or a quoted "
+        "glob pattern ('exports/**/*.parquet').", show_default=False),
+    incremental: bool = typer.Option(False, "--incremental", help="Read only files not "
+                                     "ingested before (a file is read again when its size or "
+                                     "modification time changed)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     earliest: str = typer.Option("2000-01-01", "--earliest", help="Quarantine attempts "
                                  "submitted before this date (YYYY-MM-DD)."),
@@ -83,15 +96,29 @@ def ingest(
         def progress(msg: str) -> None:
             status.update(msg)
 
+        paths = expand_inputs(files)
+        skipped = 0
+        if incremental and ws.store_path.exists():
+            with Store(ws.store_path, read_only=True) as seen:
+                fresh = new_files(seen, paths)
+            skipped = len(paths) - len(fresh)
+            paths = fresh
+        if not paths:
+            if as_json:
+                print_json({"store": str(ws.store_path), "files": [], "skipped_files": skipped,
+                            "total": _totals([])})
+            else:
+                console.print(f"nothing new to ingest ({skipped:,} file(s) already ingested)")
+            return
         # Read and validate first: a bad file must not even create the store.
-        checked = check_files(files, catalog, progress, limits)
+        checked = check_files(paths, catalog, progress, limits)
         with Store(ws.ensure().store_path) as store:
             reports = store_checked(store, checked, progress)
             stored = store.count()
     totals = _totals(reports)
     if as_json:
         print_json({"store": str(ws.store_path), "files": [r.to_dict() for r in reports],
-                    "total": totals, "attempts_in_store": stored})
+                    "skipped_files": skipped, "total": totals, "attempts_in_store": stored})
         return
 
     table = Table(title="leap ingest", title_justify="left")
@@ -119,6 +146,8 @@ def ingest(
             named = ", ".join(_unknown(c) for c in r.unknown_columns)
             console.print(f"[yellow]ignored unknown column(s) in {Path(r.source).name}:[/] "
                           f"{named}", highlight=False)
+    if skipped:
+        console.print(f"skipped {skipped:,} file(s) already ingested (--incremental)")
     console.print(f"store {ws.store_path} now holds {stored:,} attempts", highlight=False)
 
 

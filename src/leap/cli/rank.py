@@ -67,7 +67,7 @@ def _costs(ws: Workspace) -> Any:
 
 
 @app.command(epilog="Example: leap rank --job job.json --candidates H100-SXM,A100-SXM4-80GB,L4 "
-             "--json")
+             "--json   (for your scheduler: --format skypilot|kubernetes|slurm)")
 @guarded
 def rank(
     ctx: typer.Context,
@@ -90,6 +90,12 @@ def rank(
     version: str = typer.Option(None, "--version", help="Model version, a name from `leap "
                                 "models list` (default: latest)."),
     as_json: bool = typer.Option(False, "--json", help="Print the HTTP response object."),
+    fmt: str = typer.Option(None, "--format", help="Print the preference list for your "
+                            "scheduler: skypilot (resources.ordered), kubernetes (pod "
+                            "nodeAffinity preferences) or slurm (#SBATCH lines per choice). "
+                            "Names come from the catalog (overridable)."),
+    record: bool = typer.Option(False, "--record", help="Record this ranking in the decision "
+                                "log (<home>/decisions.duckdb; see `leap monitor`)."),
 ) -> None:
     """Rank the eligible accelerator types of one job by value (the preference list)."""
     from leap.model.artifact import Registry
@@ -105,6 +111,10 @@ def rank(
         request["max_cost_per_hour"] = max_cost_per_hour
     if risk is not None:
         request["risk"] = risk
+    if fmt is not None:
+        from leap.rank.formats import check_format
+
+        check_format(fmt)
     req = _validate(request)
     ws = workspace(ctx)
     # A version is a name in the models folder (a path is refused with a clear message); one
@@ -112,9 +122,33 @@ def rank(
     ranker = Ranker(Registry(ws.models_dir), costs=_costs(ws),
                     premium_min_speedup=premium_min_speedup, background_reload=False,
                     version=version)
-    result = ranker.rank(req.job.launch_fields(), req.candidates, objective=req.objective,
-                         max_cost_per_hour=req.max_cost_per_hour, risk=req.risk, strict=True)
+    decisions = None
+    if record:
+        from leap.rank.decisions import DecisionLog, decisions_path
+
+        decisions = DecisionLog(decisions_path(ws.ensure().home), retention_days=None)
+        ranker.decision_sink = decisions.sink("cli")
+    try:
+        result = ranker.rank(req.job.launch_fields(), req.candidates, objective=req.objective,
+                             max_cost_per_hour=req.max_cost_per_hour, risk=req.risk,
+                             strict=True)
+    finally:
+        if decisions is not None:
+            decisions.close()
+    if decisions is not None and decisions.written < decisions.recorded:
+        err_console.print(f"[yellow]warning:[/] the decision was not recorded: "
+                          f"{decisions.last_error}", highlight=False)
     out = RankResponse.model_validate(result.to_dict()).model_dump(mode="json")
+    if fmt is not None:
+        from leap.catalog import Catalog
+        from leap.rank.formats import render
+
+        text = render(fmt, out, req.job.launch_fields(), Catalog.load(ws.catalog_path))
+        if as_json:
+            print_json({**out, "format": fmt, "formatted": text})
+        else:
+            sys.stdout.write(text)
+        return
     if as_json:
         print_json(out)
         return
@@ -196,6 +230,19 @@ def serve(
     max_concurrent_predicts: int = typer.Option(2, "--max-concurrent-predicts", min=1,
                                                 help="/v1/predict calls served at once per "
                                                 "process; more get a 429 with Retry-After."),
+    decision_log: bool = typer.Option(True, "--decision-log/--no-decision-log", help="Record "
+                                      "every ranking served in <home>/decisions.duckdb (off "
+                                      "the request path; see `leap monitor`)."),
+    decision_retention_days: float = typer.Option(90.0, "--decision-retention-days", min=0.001,
+                                                  help="Delete recorded decisions older than "
+                                                  "this."),
+    decision_queue: int = typer.Option(50_000, "--decision-queue", min=1, help="Rankings "
+                                       "waiting to be recorded at most; beyond, they are "
+                                       "dropped and counted (leap_decisions_dropped_total)."),
+    monitor_gauges: bool = typer.Option(False, "--monitor-gauges", help="Also export `leap "
+                                        "monitor`'s latest day as leap_monitor_* gauges in "
+                                        "/metrics (recomputed at most every 5 minutes; each "
+                                        "time the store is opened read-only for a moment)."),
     malloc_tuning: bool = typer.Option(True, "--malloc-tuning/--no-malloc-tuning",
                                        help="Restart the process with PYTHONMALLOC=malloc and "
                                        "MALLOC_ARENA_MAX=2 (unless set), so memory returns to "
@@ -215,14 +262,18 @@ def serve(
                              token=token, check_interval_s=check_interval,
                              premium_min_speedup=premium_min_speedup,
                              max_body_bytes=max_body_bytes, max_predict_rows=max_predict_rows,
-                             max_concurrent_predicts=max_concurrent_predicts)
+                             max_concurrent_predicts=max_concurrent_predicts,
+                             decision_log=decision_log,
+                             decision_retention_days=decision_retention_days,
+                             decision_queue=decision_queue, monitor_gauges=monitor_gauges)
     app_or_factory: Any
     if workers == 1:
         app_or_factory = settings.app(announce=True, host=host, port=port)
     else:
         # Worker processes import the factory and read these settings from their environment.
         os.environ[SERVE_SETTINGS_ENV] = json.dumps(asdict(settings))
-        settings.app(announce=True, host=host, port=port)  # load once here: errors show now
+        # Load once here so errors show now (no decision writer: the workers own theirs).
+        settings.app(announce=True, host=host, port=port, announce_only=True)
         app_or_factory = "leap.cli.rank:app_from_env"
     uvicorn.run(app_or_factory, factory=workers > 1, workers=workers, host=host, port=port,
                 log_level=log_level, access_log=False)
@@ -266,8 +317,13 @@ class ServeSettings:
     max_body_bytes: int = 8 * 1024 * 1024
     max_predict_rows: int = 20_000
     max_concurrent_predicts: int = 2
+    decision_log: bool = True
+    decision_retention_days: float = 90.0
+    decision_queue: int = 50_000
+    monitor_gauges: bool = False
 
-    def app(self, *, announce: bool = False, host: str = "", port: int = 0) -> Any:
+    def app(self, *, announce: bool = False, host: str = "", port: int = 0,
+            announce_only: bool = False) -> Any:
         from leap.model.artifact import Registry
         from leap.rank.ranker import Ranker
         from leap.serve.app import create_app
@@ -285,10 +341,25 @@ class ServeSettings:
             err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
                               f"(docs at /docs{', token required' if self.token else ''})",
                               highlight=False)
+        from leap.eval.monitor import MonitorCollector
+        from leap.rank.decisions import decisions_path
+
+        # The web page and (with monitor_gauges) /metrics read the live figures from here.
+        monitor = MonitorCollector(ws.store_path, decisions_path(ws.home), ttl_s=300.0)
+        collectors: list[Any] = [monitor] if self.monitor_gauges else []
+        decisions = None
+        if self.decision_log and not announce_only:
+            from leap.rank.decisions import DecisionLog, decisions_path
+
+            decisions = DecisionLog(decisions_path(ws.ensure().home),
+                                    retention_days=self.decision_retention_days,
+                                    max_queue=self.decision_queue)
         return create_app(ranker, token=self.token, poll_interval_s=self.check_interval_s,
                           max_body_bytes=self.max_body_bytes,
                           max_predict_rows=self.max_predict_rows,
-                          max_concurrent_predicts=self.max_concurrent_predicts)
+                          max_concurrent_predicts=self.max_concurrent_predicts,
+                          decisions=decisions, extra_collectors=collectors,
+                          monitor=monitor)
 
 
 def app_from_env() -> Any:

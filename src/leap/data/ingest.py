@@ -719,6 +719,77 @@ class CheckedFile:
     origin: str
     rows_read: int
     validated: Validated
+    size_bytes: int | None = None
+    mtime_ns: int | None = None
+
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def expand_inputs(inputs: Sequence[Path | str]) -> list[Path]:
+    """Files named by ``inputs``: files as given, directories searched recursively for
+    attempt files (e.g. a Hive-partitioned export ``attempts/date=2026-01-12/part-0.parquet``),
+    and glob patterns (``exports/**/*.parquet``) expanded; sorted within each input, each file
+    once.
+
+    Raises
+    ------
+    DataError
+        For a directory with no attempt file or a pattern that matches nothing.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> (d / "date=2026-01-02").mkdir(); (d / "date=2026-01-01").mkdir()
+    >>> for day in ("01", "02"):
+    ...     _ = (d / f"date=2026-01-{day}" / "part-0.parquet").write_bytes(b"")
+    >>> [p.parent.name for p in expand_inputs([d])]
+    ['date=2026-01-01', 'date=2026-01-02']
+    """
+    import glob
+
+    out: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file()
+                           and not any(part.startswith((".", "_")) for part in
+                                       p.relative_to(path).parts)
+                           and _known_format(p))
+            if not found:
+                raise DataError(f"{path}: no attempt files (.parquet, .csv, .jsonl ...) in this "
+                                "directory or below")
+            out += found
+        elif not path.exists() and _GLOB_CHARS & set(str(item)):
+            found = sorted(Path(p) for p in glob.glob(str(item), recursive=True)
+                           if Path(p).is_file())
+            if not found:
+                raise DataError(f"{item}: no file matches this pattern")
+            out += found
+        else:
+            out.append(path)
+    return list(dict.fromkeys(out))
+
+
+def _known_format(path: Path) -> bool:
+    try:
+        file_format(path)
+    except DataError:
+        return False
+    return True
+
+
+def new_files(store: Store, paths: Sequence[Path]) -> list[Path]:
+    """The files of ``paths`` not ingested before with their current size and modification
+    time (what ``leap ingest --incremental`` reads)."""
+    seen = store.ingested_files()
+    out = []
+    for p in paths:
+        st = Path(p).stat()
+        if seen.get(str(Path(p).resolve())) != (st.st_size, st.st_mtime_ns):
+            out.append(p)
+    return out
 
 
 def check_files(paths: Sequence[Path], catalog: Catalog,
@@ -739,12 +810,13 @@ def check_files(paths: Sequence[Path], catalog: Catalog,
     checked: list[CheckedFile] = []
     for path in paths:
         say(f"reading {path}")
+        st = Path(path).stat()  # before reading: a file rewritten meanwhile is read again
         table = read_attempts_file(Path(path))
         origin = str(Path(path).resolve())
         v = validate(table, catalog, origin=origin, limits=limits)
         say(f"validated {path}: {table.num_rows:,} rows, {v.quarantined.num_rows:,} "
             "quarantined")
-        checked.append(CheckedFile(origin, table.num_rows, v))
+        checked.append(CheckedFile(origin, table.num_rows, v, st.st_size, st.st_mtime_ns))
     return checked
 
 
@@ -757,6 +829,8 @@ def store_checked(store: Store, checked: Sequence[CheckedFile],
         for i, c in enumerate(checked, 1):
             say(f"writing {c.origin} ({i}/{len(checked)})")
             r = batch.add(c.validated.good, c.validated.quarantined, source=c.origin)
+            if c.size_bytes is not None and c.mtime_ns is not None:
+                batch.record_file(c.origin, c.size_bytes, c.mtime_ns, c.rows_read)
             reports.append(_report(c.origin, c.rows_read, c.validated, r))
         say("committing")
     say("committed")

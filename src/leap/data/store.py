@@ -59,6 +59,11 @@ _DDL = [
     "ingested_at TIMESTAMPTZ NOT NULL, rows_in BIGINT NOT NULL, added BIGINT NOT NULL, "
     "already_stored BIGINT NOT NULL, quarantined BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)",
+    # Files ingested, so `leap ingest --incremental` reads each one once (additive: a store
+    # written before it simply has no row here).
+    "CREATE TABLE IF NOT EXISTS ingested_files (path VARCHAR PRIMARY KEY, size_bytes BIGINT "
+    "NOT NULL, mtime_ns BIGINT NOT NULL, rows_read BIGINT NOT NULL, batch_id BIGINT NOT NULL, "
+    "ingested_at TIMESTAMPTZ NOT NULL)",
 ]
 
 
@@ -128,6 +133,14 @@ class Batch:
         self._store = store
         self.batch_id = batch_id
         self.ingested_at = ingested_at
+
+    def record_file(self, path: str, size_bytes: int, mtime_ns: int, rows_read: int) -> None:
+        """Remember that the file at ``path`` (this size and modification time) was ingested
+        in this batch (see :meth:`Store.ingested_files`)."""
+        self._store.con.execute(
+            "INSERT OR REPLACE INTO ingested_files VALUES ($p, $s, $m, $r, $b, $t)",
+            {"p": path, "s": size_bytes, "m": mtime_ns, "r": rows_read, "b": self.batch_id,
+             "t": self.ingested_at})
 
     def add(self, good: pa.Table, quarantined: pa.Table, *, source: str) -> BatchResult:
         """Insert valid rows not already stored, and quarantined rows not already quarantined.
@@ -344,6 +357,15 @@ class Store:
         return str(rows[0][0]) if rows else None
 
     # Reading ------------------------------------------------------------------------------
+    def ingested_files(self) -> dict[str, tuple[int, int]]:
+        """Files ingested so far: absolute path -> (size in bytes, modification time in ns)."""
+        tables = {r[0] for r in self.con.execute(
+            "SELECT table_name FROM information_schema.tables").fetchall()}
+        if "ingested_files" not in tables:  # a store from before the table, opened read-only
+            return {}
+        return {str(p): (int(s), int(m)) for p, s, m in self.con.execute(
+            "SELECT path, size_bytes, mtime_ns FROM ingested_files").fetchall()}
+
     def count(self) -> int:
         """Number of stored attempts."""
         (row,) = self.con.execute("SELECT count(*) FROM attempts").fetchall()

@@ -62,6 +62,7 @@ Features come from the one feature path, :func:`leap.features.encode.encode`, fe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -495,6 +496,31 @@ def _describe(exc: BaseException) -> str:
     return text if isinstance(exc, LeapError) else f"{type(exc).__name__}: {text}"
 
 
+#: Called with ``(job, candidates, result)`` after every ranking a Ranker serves, when set as
+#: :attr:`Ranker.decision_sink` (e.g. :meth:`leap.rank.decisions.DecisionLog.sink`). It must
+#: be cheap and never block: it runs on the caller's thread, after the answer is computed.
+DecisionSink = Callable[[Mapping[str, Any], "Sequence[str] | None", "RankResult"], None]
+
+
+def _recorded(rank: Callable[..., RankResult]) -> Callable[..., RankResult]:
+    """Hand every answer of ``rank`` to the Ranker's decision sink (a failing sink is logged,
+    never raised: recording must not change or block an answer)."""
+
+    @functools.wraps(rank)
+    def wrapper(self: Ranker, job: Mapping[str, Any], candidates: Sequence[str] | None = None,
+                **kwargs: Any) -> RankResult:
+        result = rank(self, job, candidates, **kwargs)
+        sink = self.decision_sink
+        if sink is not None:
+            try:
+                sink(job, candidates, result)
+            except Exception:  # a recording bug must not fail the launch it records
+                log.exception("decision sink failed")
+        return result
+
+    return wrapper
+
+
 class _Static:
     """A fixed artifact in place of a watcher (no reload)."""
 
@@ -575,6 +601,9 @@ class Ranker:
     >>> # [(r.hardware, round(r.value)) for r in result.ranking[:3]]
     """
 
+    #: Receives every answer of :meth:`rank` (see :data:`DecisionSink`); None records nothing.
+    decision_sink: DecisionSink | None = None
+
     def __init__(self, source: Registry | Artifact | Path | str, *, costs: Catalog | None = None,
                  min_utilization: Mapping[str, float] | None = None,
                  premium_min_speedup: float = DEFAULT_PREMIUM_MIN_SPEEDUP,
@@ -651,6 +680,7 @@ class Ranker:
         other._configure(opts["costs"], opts["min_utilization"], opts["premium_min_speedup"],
                          opts["min_speedup"])
         other._counts_lock = threading.Lock()
+        other.decision_sink = self.decision_sink
         other.fail_open_counts = dict.fromkeys(FAIL_OPEN_CODES, 0)
         return other
 
@@ -697,6 +727,7 @@ class Ranker:
         return f"{code}: {detail}"
 
     # Ranking -----------------------------------------------------------------------------
+    @_recorded
     def rank(self, job: Mapping[str, Any], candidates: Sequence[str] | None = None, *,
              objective: str = "value", max_cost_per_hour: float | None = None,
              risk: str = DEFAULT_RISK, strict: bool = False,

@@ -33,7 +33,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
@@ -41,7 +41,10 @@ from prometheus_client.registry import Collector
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from leap import __version__
+from leap.catalog import Catalog
 from leap.errors import CatalogError, LeapError
+from leap.eval.monitor import MonitorCollector
+from leap.rank.decisions import DecisionLog
 from leap.rank.ranker import Ranker
 from leap.serve.payloads import (
     ErrorResponse,
@@ -60,7 +63,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PATHS = ("/v1/rank", "/v1/predict", "/healthz", "/v1/model", "/metrics", "/docs",
-         "/openapi.json", "/docs/oauth2-redirect", "/redoc")
+         "/openapi.json", "/docs/oauth2-redirect", "/redoc", "/", "/dashboard/nightly.png",
+         "/dashboard/live.png")
 OPEN_PATHS = frozenset({"/healthz"})
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1,
                      0.25, 0.5, 1.0, 2.5, 5.0)
@@ -149,6 +153,27 @@ class _RankerCollector(Collector):
         if w.refused_version is not None:
             refused.add_metric([w.refused_version], 1.0)
         yield refused
+
+
+class _DecisionCollector(Collector):
+    """The decision log's counters, read at scrape time."""
+
+    def __init__(self, decisions: DecisionLog) -> None:
+        self.decisions = decisions
+
+    def collect(self) -> Iterable[Metric]:
+        d = self.decisions
+        yield CounterMetricFamily("leap_decisions_recorded", "Rankings handed to the decision "
+                                  "log", value=d.recorded)
+        yield CounterMetricFamily("leap_decisions_written", "Rankings written to the decision "
+                                  "log's DuckDB file", value=d.written)
+        yield CounterMetricFamily("leap_decisions_dropped", "Rankings not recorded because the "
+                                  "decision log's queue was full (the ranking was served)",
+                                  value=d.dropped)
+        yield GaugeMetricFamily("leap_decisions_queued", "Rankings waiting to be written",
+                                value=d.queued)
+        yield CounterMetricFamily("leap_decision_write_errors", "Decision log flushes that "
+                                  "failed and were retried", value=d.write_errors)
 
 
 class _Edge:
@@ -274,7 +299,11 @@ def _field_errors(exc: RequestValidationError) -> list[dict[str, str]]:
 def create_app(ranker: Ranker, *, token: str | None = None,
                max_predict_rows: int = DEFAULT_MAX_PREDICT_ROWS, poll_interval_s: float = 1.0,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               max_concurrent_predicts: int = DEFAULT_MAX_CONCURRENT_PREDICTS) -> FastAPI:
+               max_concurrent_predicts: int = DEFAULT_MAX_CONCURRENT_PREDICTS,
+               decisions: DecisionLog | None = None,
+               extra_collectors: Iterable[Collector] = (),
+               monitor: MonitorCollector | None = None, dashboard: bool = True,
+               catalog: Catalog | None = None) -> FastAPI:
     """The FastAPI app serving ``ranker`` (build the Ranker at the edge and pass it in).
 
     Parameters
@@ -292,18 +321,37 @@ def create_app(ranker: Ranker, *, token: str | None = None,
         Largest request body (413 beyond, before any parsing).
     max_concurrent_predicts : int
         ``/v1/predict`` calls served at once; more get a 429 with ``Retry-After``.
+    decisions : DecisionLog, optional
+        Record every ranking served (it becomes ``ranker``'s decision sink, source ``http``;
+        detached and flushed at shutdown). Its counters appear in ``/metrics``.
+    extra_collectors : iterable of Collector
+        More Prometheus collectors (e.g. the monitor's gauges).
+    monitor : MonitorCollector, optional
+        Where the web page reads the live figures (``leap monitor``'s, cached).
+    dashboard : bool
+        Serve the web page at ``/`` (:mod:`leap.serve.dashboard`).
+    catalog : Catalog, optional
+        Scheduler names for ``format`` (:mod:`leap.rank.formats`); default the Ranker's cost
+        catalog, else the shipped one.
 
     Examples
     --------
     >>> # app = create_app(Ranker(Registry(ws.models_dir)), token=None)
     >>> # uvicorn.run(app, host="127.0.0.1", port=8787)
     """
+    names = catalog if catalog is not None else (
+        ranker.costs if ranker.costs is not None else Catalog.default())
     metrics = CollectorRegistry()
     requests = Counter("leap_http_requests", "HTTP requests by path, method and status",
                        ["path", "method", "status"], registry=metrics)
     latency = Histogram("leap_http_request_duration_seconds", "HTTP request latency by path",
                         ["path"], buckets=LATENCY_BUCKETS_S, registry=metrics)
     metrics.register(_RankerCollector(ranker))
+    if decisions is not None:
+        metrics.register(_DecisionCollector(decisions))
+        ranker.decision_sink = decisions.sink("http")
+    for collector in extra_collectors:
+        metrics.register(collector)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -319,6 +367,9 @@ def create_app(ranker: Ranker, *, token: str | None = None,
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            if decisions is not None:
+                ranker.decision_sink = None
+                decisions.close()
 
     app = FastAPI(title="leap", version=__version__, lifespan=lifespan,
                   description="Predicted training throughput per accelerator type, and the "
@@ -326,6 +377,7 @@ def create_app(ranker: Ranker, *, token: str | None = None,
                   "empty ranking with a reason means no advice, never an error.")
     app.state.ranker = ranker
     app.state.metrics = metrics
+    app.state.decisions = decisions
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -362,7 +414,13 @@ def create_app(ranker: Ranker, *, token: str | None = None,
             # must not turn into a 500 that blocks a launch; counted and reported as a reason.
             return RankResponse.failed(ranker.record_fail_open(
                 "prediction_failed", f"{type(exc).__name__}: {exc}"), req.objective)
-        return result.to_dict()
+        out = result.to_dict()
+        if req.format != "json":
+            from leap.rank.formats import render
+
+            out["format"] = req.format
+            out["formatted"] = render(req.format, out, job, names)
+        return out
 
     @app.post("/v1/predict", response_model=PredictResponse, responses=_PREDICT_ERRORS,
               tags=["predict"], summary="Predict samples/s for (job, hardware) rows")
@@ -416,6 +474,26 @@ def create_app(ranker: Ranker, *, token: str | None = None,
              response_class=Response)
     async def prometheus() -> Response:
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    if dashboard:
+        from leap.serve.dashboard import Dashboard
+
+        page = Dashboard(ranker, monitor=monitor, decisions=decisions)
+
+        # Plain `def`s: FastAPI runs them in worker threads (the live figures may read the
+        # store, the plots take matplotlib a moment), never on the event loop.
+        @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+        def dashboard_page(request: Request) -> HTMLResponse:
+            body, status = page.page(dict(request.query_params))
+            return HTMLResponse(body, status_code=status)
+
+        @app.get("/dashboard/nightly.png", include_in_schema=False)
+        def nightly_png() -> Response:
+            return Response(page.nightly_png(), media_type="image/png")
+
+        @app.get("/dashboard/live.png", include_in_schema=False)
+        def live_png() -> Response:
+            return Response(page.live_png(), media_type="image/png")
 
     app.add_middleware(_Edge, token=token, requests=requests, latency=latency,
                        max_body_bytes=max_body_bytes,

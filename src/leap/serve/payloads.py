@@ -116,6 +116,10 @@ class RankRequest(BaseModel):
         Field(None, max_length=1024, description="Devices of each type free for this job now "
               "(optional, e.g. from the scheduler). A type with fewer than the job needs is "
               "kept, flagged no_free_devices, after every type with room.")
+    format: Literal["json", "skypilot", "kubernetes", "slurm"] = Field(
+        "json", description="Also render the preference list in a scheduler's format "
+        "(response field `formatted`): skypilot (resources.ordered), kubernetes (pod "
+        "nodeAffinity preferences by weight), slurm (#SBATCH --gres/--constraint per choice).")
 
 
 class RankedTypeOut(BaseModel):
@@ -167,6 +171,10 @@ class RankResponse(BaseModel):
     risk: str = "cautious"
     latency_ms: float = 0.0
     ignored_fields: list[str] = Field(default_factory=list)
+    format: str = Field(default="json", description="the format asked for")
+    formatted: str | None = Field(
+        default=None, description="the preference list in `format` (YAML for skypilot and "
+        "kubernetes, #SBATCH lines for slurm); null for json")
 
     @classmethod
     def failed(cls, reason: str, objective: str = "value") -> RankResponse:

@@ -1,0 +1,373 @@
+"""The decision log: every ranking served, recorded off the request path into DuckDB.
+
+A :class:`DecisionLog` owns one DuckDB file (``<home>/decisions.duckdb``, beside the attempt
+store, so serving never holds the store's write lock and ``leap ingest`` / ``leap train`` run
+while ``leap serve`` does). Recording a ranking costs the caller one ``put_nowait`` on a
+bounded queue; a background thread turns batches of records into two tables and inserts them
+on its own short-lived connection (opened per flush, so ``leap monitor`` can read the file
+between flushes). A full queue drops the record and counts it (``dropped``): recording never
+delays or fails a ranking.
+
+Tables
+------
+``decisions``
+    One row per ranking: ``decision_id``, ``decided_at`` (wall clock, UTC), ``launch_at`` (the
+    job's ``submitted_at`` when the caller sent one, else ``decided_at``), ``source`` (``http``,
+    ``cli``, ``python``), ``attempt_id`` and ``job_id`` (when the job carried them), the job's
+    ``family_id``, ``model_type``, ``trainer_count`` and ``devices``, ``candidates`` (JSON list,
+    null = every type), ``n_ranked``, ``first_choice``, ``model_version``, ``reason``,
+    ``fail_open``, ``objective``, ``risk``, ``latency_ms`` and the whole ``job`` as JSON.
+``decision_entries``
+    One row per ranked type: ``decision_id``, ``decided_at``, ``position`` (1 = first choice),
+    ``hardware``, ``predicted_throughput``, ``throughput_p10``, ``throughput_p90``,
+    ``cost_per_hour``, ``value``, ``novelty``.
+
+Retention: rows decided more than ``retention_days`` ago are deleted by the writer (at most
+once an hour).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from leap.errors import ConfigError
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from leap.rank.ranker import RankResult
+
+log = logging.getLogger("leap.decisions")
+
+DECISIONS_FILE = "decisions.duckdb"
+SOURCES: tuple[str, ...] = ("http", "cli", "python")
+DEFAULT_RETENTION_DAYS = 90
+DEFAULT_MAX_QUEUE = 50_000
+
+_DDL = (
+    "CREATE TABLE IF NOT EXISTS decisions (decision_id VARCHAR NOT NULL, decided_at "
+    "TIMESTAMPTZ NOT NULL, launch_at TIMESTAMPTZ NOT NULL, source VARCHAR, attempt_id VARCHAR, "
+    "job_id VARCHAR, family_id VARCHAR, model_type VARCHAR, trainer_count BIGINT, devices "
+    "BIGINT, candidates VARCHAR, n_ranked BIGINT NOT NULL, first_choice VARCHAR, model_version "
+    "VARCHAR, reason VARCHAR, fail_open BOOLEAN NOT NULL, objective VARCHAR, risk VARCHAR, "
+    "latency_ms DOUBLE, job VARCHAR)",
+    "CREATE TABLE IF NOT EXISTS decision_entries (decision_id VARCHAR NOT NULL, decided_at "
+    "TIMESTAMPTZ NOT NULL, position BIGINT NOT NULL, hardware VARCHAR NOT NULL, "
+    "predicted_throughput DOUBLE, throughput_p10 DOUBLE, throughput_p90 DOUBLE, cost_per_hour "
+    "DOUBLE, value DOUBLE, novelty VARCHAR)",
+)
+_DECISION_COLS = ("decision_id", "decided_at", "launch_at", "source", "attempt_id", "job_id",
+                  "family_id", "model_type", "trainer_count", "devices", "candidates",
+                  "n_ranked", "first_choice", "model_version", "reason", "fail_open",
+                  "objective", "risk", "latency_ms", "job")
+_ENTRY_COLS = ("decision_id", "decided_at", "position", "hardware", "predicted_throughput",
+               "throughput_p10", "throughput_p90", "cost_per_hour", "value", "novelty")
+
+
+def decisions_path(home: Path) -> Path:
+    """Where a workspace keeps its decision log."""
+    return Path(home) / DECISIONS_FILE
+
+
+def is_fail_open(reason: str | None) -> bool:
+    """True for a fail-open answer (not for ``no_eligible_type``, which is advice: none fit)."""
+    return reason is not None and not reason.startswith("no_eligible_type")
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """What the caller's thread hands over: references only, no formatting."""
+
+    at: float
+    source: str
+    job: Mapping[str, Any]
+    candidates: Sequence[str] | None
+    result: RankResult
+
+
+def _ts(value: Any, default: datetime) -> datetime:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if isinstance(value, str):
+        try:
+            ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return default
+        return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+    return default
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _rows(batch: Sequence[_Pending]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    dec: dict[str, list[Any]] = {c: [] for c in _DECISION_COLS}
+    ent: dict[str, list[Any]] = {c: [] for c in _ENTRY_COLS}
+    for p in batch:
+        r, job = p.result, p.job
+        did = uuid.uuid4().hex
+        at = datetime.fromtimestamp(p.at, UTC)
+        trainers = _int(job.get("trainer_count"))
+        dpt = _int(job.get("devices_per_trainer")) or 1
+        ids = {k: (None if job.get(k) is None else str(job.get(k)))
+               for k in ("attempt_id", "job_id", "family_id", "model_type")}
+        row = {"decision_id": did, "decided_at": at,
+               "launch_at": _ts(job.get("submitted_at"), at), "source": p.source, **ids,
+               "trainer_count": trainers, "devices": trainers * dpt if trainers else None,
+               "candidates": None if p.candidates is None else json.dumps(list(p.candidates)),
+               "n_ranked": len(r.ranking),
+               "first_choice": r.ranking[0].hardware if r.ranking else None,
+               "model_version": r.model_version, "reason": r.reason,
+               "fail_open": is_fail_open(r.reason), "objective": r.objective, "risk": r.risk,
+               "latency_ms": r.latency_ms, "job": json.dumps(dict(job), default=str)}
+        for c in _DECISION_COLS:
+            dec[c].append(row[c])
+        for pos, e in enumerate(r.ranking, start=1):
+            for c, v in (("decision_id", did), ("decided_at", at), ("position", pos),
+                         ("hardware", e.hardware),
+                         ("predicted_throughput", e.predicted_throughput),
+                         ("throughput_p10", e.throughput_p10),
+                         ("throughput_p90", e.throughput_p90),
+                         ("cost_per_hour", e.cost_per_hour), ("value", e.value),
+                         ("novelty", e.novelty)):
+                ent[c].append(v)
+    return dec, ent
+
+
+def create_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the decision tables on ``con`` when missing."""
+    for ddl in _DDL:
+        con.execute(ddl)
+
+
+class DecisionLog:
+    """Record rankings into a DuckDB file from a background thread (bounded, lossy when full).
+
+    Parameters
+    ----------
+    path : Path
+        The DuckDB file (created on the first flush).
+    retention_days : float
+        Decisions older than this are deleted by the writer (``None``: kept forever).
+    max_queue : int
+        Records waiting for the writer at most; beyond, new records are dropped and counted.
+    flush_interval_s : float
+        How long the writer waits to gather a batch.
+
+    Examples
+    --------
+    >>> # log = DecisionLog(decisions_path(ws.home)); ranker.decision_sink = log.sink("python")
+    >>> # ... ranker.rank(job) ...; log.close()   # flushes what is queued
+    """
+
+    def __init__(self, path: Path, *, retention_days: float | None = DEFAULT_RETENTION_DAYS,
+                 max_queue: int = DEFAULT_MAX_QUEUE, flush_interval_s: float = 0.5,
+                 max_batch: int = 5_000) -> None:
+        if retention_days is not None and not retention_days > 0:
+            raise ConfigError(f"decision retention must be a positive number of days, got "
+                              f"{retention_days!r}")
+        if not (isinstance(max_queue, int) and max_queue >= 1):
+            raise ConfigError(f"decision queue size must be a whole number >= 1, got "
+                              f"{max_queue!r}")
+        self.path = Path(path)
+        self.retention_days = retention_days
+        self.flush_interval_s = flush_interval_s
+        self.max_batch = max_batch
+        self._queue: queue.Queue[_Pending] = queue.Queue(maxsize=max_queue)
+        self._pending: list[_Pending] = []  # taken from the queue, not yet written
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._count_lock = threading.Lock()
+        self._last_purge = -float("inf")
+        self.recorded = 0       # handed over by rankers
+        self.written = 0        # rows committed to `decisions`
+        self.dropped = 0        # refused because the queue was full
+        self.write_errors = 0   # flushes that failed (records kept and retried)
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="leap-decision-log", daemon=True)
+        self._thread.start()
+
+    # The caller's side (must stay cheap) -------------------------------------------------
+    def record(self, job: Mapping[str, Any], candidates: Sequence[str] | None,
+               result: RankResult, source: str = "python") -> bool:
+        """Queue one ranking; False (and counted in :attr:`dropped`) when the queue is full."""
+        try:
+            # Shallow copies (about a microsecond): a caller may reuse its dict after ranking.
+            self._queue.put_nowait(_Pending(time.time(), source, dict(job),
+                                            None if candidates is None else tuple(candidates),
+                                            result))
+        except queue.Full:
+            with self._count_lock:
+                self.dropped += 1
+            return False
+        with self._count_lock:
+            self.recorded += 1
+        return True
+
+    def sink(self, source: str = "python") -> Callable[[Mapping[str, Any], Sequence[str] | None,
+                                                        RankResult], None]:
+        """A :data:`~leap.rank.ranker.DecisionSink` that records with ``source``."""
+        if source not in SOURCES:
+            raise ConfigError(f"decision source must be one of {', '.join(SOURCES)}, got "
+                              f"{source!r}")
+
+        def record(job: Mapping[str, Any], candidates: Sequence[str] | None,
+                   result: RankResult) -> None:
+            self.record(job, candidates, result, source)
+
+        return record
+
+    @property
+    def queued(self) -> int:
+        """Records accepted and not yet written (in the queue or in the writer's hands)."""
+        return self.recorded - self.written
+
+    def stats(self) -> dict[str, Any]:
+        return {"path": str(self.path), "recorded": self.recorded, "written": self.written,
+                "dropped": self.dropped, "queued": self.queued,
+                "write_errors": self.write_errors, "last_error": self.last_error}
+
+    # The writer's side -------------------------------------------------------------------
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything queued so far is written; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        target = self.recorded
+        with self._idle:
+            while self.written < target:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self._idle.wait(min(left, 0.05))
+        return True
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Write what is queued and stop the writer."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            stopping = self._stop.is_set()
+            batch = self._take(0.0 if stopping else self.flush_interval_s)
+            if batch:
+                self._write(batch)
+            with self._idle:
+                self._idle.notify_all()
+            if stopping and self._queue.empty() and not self._pending:
+                return
+            if stopping and self.write_errors and self._pending:
+                return  # the file stays unwritable: give up at shutdown, counted in errors
+
+    def _take(self, wait_s: float) -> list[_Pending]:
+        batch = self._pending
+        self._pending = []
+        if not batch:
+            try:
+                batch.append(self._queue.get(timeout=wait_s) if wait_s > 0 else
+                             self._queue.get_nowait())
+            except queue.Empty:
+                return []
+        while len(batch) < self.max_batch:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _write(self, batch: list[_Pending]) -> None:
+        import duckdb
+        import pyarrow as pa
+
+        try:
+            dec, ent = _rows(batch)
+            decisions = pa.table(dec)
+            entries = pa.table(ent) if ent["decision_id"] else None
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            con = duckdb.connect(str(self.path))
+            try:
+                con.execute("SET TimeZone = 'UTC'")
+                create_tables(con)
+                con.begin()
+                con.register("__leap_dec", decisions)
+                con.execute(f"INSERT INTO decisions ({', '.join(_DECISION_COLS)}) SELECT "
+                            f"{', '.join(_DECISION_COLS)} FROM __leap_dec")
+                if entries is not None:
+                    con.register("__leap_ent", entries)
+                    con.execute(f"INSERT INTO decision_entries ({', '.join(_ENTRY_COLS)}) "
+                                f"SELECT {', '.join(_ENTRY_COLS)} FROM __leap_ent")
+                self._purge(con)
+                con.commit()
+            finally:
+                con.close()
+        except Exception as exc:  # e.g. another process holds the file (leap monitor):
+            # keep the batch and retry on the next flush; never lose it silently.
+            self.write_errors += 1
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            self.last_error = f"{type(exc).__name__}: {first}"
+            log.warning("decision log write failed (will retry): %s", self.last_error)
+            self._pending = batch
+            if not self._stop.is_set():
+                time.sleep(self.flush_interval_s)
+            return
+        self.written += len(batch)
+
+    def _purge(self, con: duckdb.DuckDBPyConnection) -> None:
+        now = time.monotonic()
+        if self.retention_days is None or now - self._last_purge < 3600.0:
+            return
+        self._last_purge = now
+        cutoff = datetime.now(UTC) - timedelta(days=self.retention_days)
+        for table in ("decisions", "decision_entries"):
+            con.execute(f"DELETE FROM {table} WHERE decided_at < $c", {"c": cutoff})
+
+
+def read_decisions(path: Path) -> tuple[Any, Any]:
+    """Both tables of a decision log as pandas frames (empty frames when there is no log)."""
+    import pandas as pd
+
+    if not Path(path).exists():
+        return (pd.DataFrame(columns=list(_DECISION_COLS)),
+                pd.DataFrame(columns=list(_ENTRY_COLS)))
+    con = _connect_read(Path(path))
+    try:
+        create_missing = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables").fetchall()}
+        if "decisions" not in create_missing:
+            return (pd.DataFrame(columns=list(_DECISION_COLS)),
+                    pd.DataFrame(columns=list(_ENTRY_COLS)))
+        dec = con.sql("SELECT * FROM decisions ORDER BY decided_at").df()
+        ent = con.sql("SELECT * FROM decision_entries ORDER BY decided_at, position").df()
+    finally:
+        con.close()
+    return dec, ent
+
+
+def _connect_read(path: Path, attempts: int = 50) -> duckdb.DuckDBPyConnection:
+    """A read-only connection, retrying while the server's writer holds the file (it holds it
+    only for the length of one flush)."""
+    import duckdb
+
+    from leap.errors import DataError
+
+    for i in range(attempts):
+        try:
+            con = duckdb.connect(str(path), read_only=True)
+            con.execute("SET TimeZone = 'UTC'")
+            return con
+        except duckdb.Error as exc:
+            if "lock" not in str(exc).lower() or i == attempts - 1:
+                raise DataError(f"cannot read decision log {path}: "
+                                f"{str(exc).splitlines()[0]}") from None
+            time.sleep(0.1)
+    raise AssertionError("unreachable")

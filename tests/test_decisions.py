@@ -1,0 +1,154 @@
+"""The decision log: every ranking recorded off the request path, drops counted, retention."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from leap.errors import ConfigError
+from leap.rank.decisions import DecisionLog, _Pending, read_decisions
+from leap.rank.ranker import Ranker
+from leap.serve.app import create_app
+from test_rank import jobs, ranker  # noqa: F401
+
+
+def test_python_api_rankings_are_recorded_with_ids_and_entries(
+        ranker: Ranker, jobs: list[dict[str, Any]], tmp_path: Path) -> None:  # noqa: F811
+    log = DecisionLog(tmp_path / "d.duckdb", flush_interval_s=0.05)
+    mine = ranker.with_options()
+    mine.decision_sink = log.sink("python")
+    results = []
+    for i, job in enumerate(jobs[:5]):
+        req = {**job, "attempt_id": f"a{i}", "submitted_at": f"2026-01-12T0{i}:30:00Z"}
+        results.append(mine.rank(req, ["H100-SXM", "A100-SXM4-80GB", "L4", "T4"]))
+    results.append(mine.rank({"family_id": "f"}))  # a bad request fails open, also recorded
+    assert log.flush(10)
+    log.close()
+    assert (log.recorded, log.written, log.dropped) == (6, 6, 0)
+    dec, ent = read_decisions(tmp_path / "d.duckdb")
+    assert len(dec) == 6
+    by_attempt = dec.set_index("attempt_id")
+    for i, res in enumerate(results[:5]):
+        row = by_attempt.loc[f"a{i}"]
+        assert row["source"] == "python" and row["model_version"] == res.model_version
+        assert row["launch_at"].isoformat().startswith(f"2026-01-12T0{i}:30:00")
+        assert json.loads(row["candidates"]) == ["H100-SXM", "A100-SXM4-80GB", "L4", "T4"]
+        assert row["n_ranked"] == len(res.ranking) and not row["fail_open"]
+        got = ent[ent["decision_id"] == row["decision_id"]].sort_values("position")
+        assert got["hardware"].tolist() == [r.hardware for r in res.ranking]
+        assert got["predicted_throughput"].tolist() == pytest.approx(
+            [r.predicted_throughput for r in res.ranking])
+        assert got["throughput_p10"].tolist() == pytest.approx(
+            [r.throughput_p10 for r in res.ranking])
+    bad = dec[dec["attempt_id"].isna()].iloc[0]
+    assert bad["fail_open"] and bad["reason"].startswith("invalid_request")
+    assert bad["n_ranked"] == 0 and pd.isna(bad["first_choice"])
+
+
+def test_full_queue_drops_and_counts_without_blocking(ranker: Ranker,  # noqa: F811
+                                                      jobs: list[dict[str, Any]],  # noqa: F811
+                                                      tmp_path: Path) -> None:
+    # The log's path is a directory: every flush fails, so the queue fills and stays full.
+    (tmp_path / "d.duckdb").mkdir()
+    log = DecisionLog(tmp_path / "d.duckdb", max_queue=2, max_batch=1, flush_interval_s=0.05)
+    mine = ranker.with_options()
+    mine.decision_sink = log.sink("python")
+    time.sleep(0.1)
+    for _ in range(20):
+        t0 = time.perf_counter()
+        res = mine.rank(jobs[0])
+        assert res.ok and time.perf_counter() - t0 < 1.0
+    assert log.recorded + log.dropped == 20
+    assert log.dropped >= 17 and log.written == 0
+    deadline = time.monotonic() + 5
+    while not log.write_errors and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert log.write_errors >= 1 and log.last_error
+    log.close(2)
+
+
+def test_a_failing_sink_never_changes_the_answer(ranker: Ranker,  # noqa: F811
+                                                 jobs: list[dict[str, Any]]  # noqa: F811
+                                                 ) -> None:
+    mine = ranker.with_options()
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("disk on fire")
+
+    mine.decision_sink = broken
+    assert [r.hardware for r in mine.rank(jobs[0]).ranking] == \
+        [r.hardware for r in ranker.rank(jobs[0]).ranking]
+
+
+def test_retention_deletes_old_decisions(ranker: Ranker, jobs: list[dict[str, Any]],  # noqa: F811
+                                         tmp_path: Path) -> None:
+    log = DecisionLog(tmp_path / "d.duckdb", retention_days=1, flush_interval_s=0.05)
+    res = ranker.rank(jobs[0])
+    log._queue.put(_Pending(time.time() - 3 * 86400, "python", {**jobs[0], "job_id": "old"},
+                            None, res))
+    with log._count_lock:
+        log.recorded += 1
+    log.record({**jobs[0], "job_id": "new"}, None, res)
+    assert log.flush(10)
+    log.close()
+    dec, ent = read_decisions(tmp_path / "d.duckdb")
+    assert dec["job_id"].tolist() == ["new"]
+    assert set(ent["decision_id"]) == set(dec["decision_id"])
+
+
+def test_bad_settings_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="retention must be a positive"):
+        DecisionLog(tmp_path / "d.duckdb", retention_days=0)
+    with pytest.raises(ConfigError, match="source must be one of"):
+        DecisionLog(tmp_path / "e.duckdb").sink("ftp")
+
+
+def _metric(text: str, name: str) -> float:
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name:
+                return float(s.value)
+    raise KeyError(name)
+
+
+def test_http_rankings_are_recorded_and_counted_in_metrics(
+        ranker: Ranker, jobs: list[dict[str, Any]], tmp_path: Path) -> None:  # noqa: F811
+    log = DecisionLog(tmp_path / "d.duckdb", flush_interval_s=0.05)
+    mine = ranker.with_options()
+    with TestClient(create_app(mine, decisions=log)) as client:
+        for i, job in enumerate(jobs[:3]):
+            r = client.post("/v1/rank", json={"job": {**job, "job_id": f"j{i}"}})
+            assert r.status_code == 200 and r.json()["ranking"]
+        assert client.post("/v1/rank", json={"job": {"family_id": "x"}}).status_code == 422
+        assert log.flush(10)
+        text = client.get("/metrics").text
+        assert _metric(text, "leap_decisions_written_total") == 3
+        assert _metric(text, "leap_decisions_dropped_total") == 0
+    assert mine.decision_sink is None  # detached at shutdown
+    dec, _ = read_decisions(tmp_path / "d.duckdb")
+    assert sorted(dec["job_id"]) == ["j0", "j1", "j2"] and set(dec["source"]) == {"http"}
+
+
+def test_cli_rank_record_logs_one_decision(fresh_copy: Any, jobs: list[dict[str, Any]],  # noqa: F811
+                                           tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from leap.cli import _register, app
+    from leap.rank.decisions import decisions_path
+
+    _register()
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({**jobs[0], "job_id": "cli-1"}))
+    res = CliRunner().invoke(app, ["--home", str(fresh_copy.home), "rank", "--job",
+                                   str(job_file), "--record", "--json"])
+    assert res.exit_code == 0, res.output
+    dec, ent = read_decisions(decisions_path(fresh_copy.home))
+    assert dec["job_id"].tolist() == ["cli-1"] and dec["source"].tolist() == ["cli"]
+    assert len(ent) == len(json.loads(res.output)["ranking"]) > 0
