@@ -164,6 +164,9 @@ class TransferIndex:
             _, slope, sxx = self.gains[name]
             g_sxx = np.where(k >= 0, sxx[np.maximum(k, 0)], 0.0)
             gamma = (g_sxx * slope[np.maximum(k, 0)] + SHRINK_GAIN * gamma) / (g_sxx + SHRINK_GAIN)
+            # A type nobody ran on in the window has no pairs: its gain share is the physics
+            # prior (1), not a slope learned on other types' gains and extrapolated.
+            gamma = np.where(b == virtual, 1.0, gamma)
             ok = k >= 0
             kk = np.where(ok, k, 0)
             dd = d[kk, :, b] * ok[:, None]          # (m, H): difference from each A to b
