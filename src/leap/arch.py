@@ -50,9 +50,12 @@ sparse-feature tables), which cost memory but no matmul FLOPs.
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from leap.errors import DataError, did_you_mean
@@ -110,7 +113,7 @@ class _Config:
         text = text if len(text) <= 40 else text[:37] + "..."
         return DataError(f"{self.origin}: field '{name}' must be {want}, got {text}")
 
-    def int(self, *names: str, default: int | None = None, minimum: int = 1) -> int:
+    def count(self, *names: str, default: int | None = None, minimum: int = 1) -> int:
         """The first of ``names`` present (aliases, e.g. ``n_embd`` / ``hidden_size``)."""
         for name in names:
             v = self.c.get(name)
@@ -128,18 +131,19 @@ class _Config:
         raise DataError(f"{self.origin}: field '{names[0]}'{alias} is required for model_type "
                         f"'{self.c.get('model_type')}'")
 
-    def ints(self, name: str) -> list[int]:
+    def counts(self, name: str) -> list[int]:
         v = self.c.get(name)
         if v is None:
             raise DataError(f"{self.origin}: field '{name}' is required for model_type "
                             f"'{self.c.get('model_type')}'")
-        if not isinstance(v, list) or not v:
+        if isinstance(v, str | bytes | Mapping) or not isinstance(v, Sequence) or not v:
             raise self._bad(name, "a non-empty list of whole numbers", v)
         out = []
         for x in v:
-            if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) \
+                    or x != int(x) or x < 1:
                 raise self._bad(name, "a non-empty list of whole numbers >= 1", v)
-            out.append(x)
+            out.append(int(x))
         return out
 
     def flag(self, name: str, default: bool) -> bool:
@@ -149,6 +153,28 @@ class _Config:
         if not isinstance(v, bool):
             raise self._bad(name, "true or false", v)
         return v
+
+
+def read_model_config(path: Path) -> dict[str, Any]:
+    """A model definition from a JSON file, checked by :func:`describe_model`.
+
+    Raises
+    ------
+    DataError
+        The file cannot be read, is not a JSON object, or is not a definition leap can
+        summarise; the message names the file (and the field).
+    """
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise DataError(f"cannot read model config {path}: {why}") from None
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    describe_model(config, origin=str(path))
+    return dict(config)
 
 
 def describe_model(config: Mapping[str, Any], *, seq_len: int | None = None,
@@ -226,22 +252,22 @@ def _summary(*, model_type: str, category: str, layers: int, hidden: int, seq: i
 
 
 def _context(c: _Config, seq_len: int | None, *names: str) -> int:
-    return seq_len if seq_len is not None else c.int(*names)
+    return seq_len if seq_len is not None else c.count(*names)
 
 
 def _llama_like(c: _Config, model_type: str, seq_len: int | None) -> ArchSummary:
-    d = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    kv = c.int("num_key_value_heads", default=heads)
-    head_dim = c.int("head_dim", default=d // heads)
-    ffn = c.int("intermediate_size")
-    vocab = c.int("vocab_size")
+    d = c.count("hidden_size")
+    layers = c.count("num_hidden_layers")
+    heads = c.count("num_attention_heads")
+    kv = c.count("num_key_value_heads", default=heads)
+    head_dim = c.count("head_dim", default=d // heads)
+    ffn = c.count("intermediate_size")
+    vocab = c.count("vocab_size")
     tied = c.flag("tie_word_embeddings", model_type == "gemma")
     # qwen2 has q/k/v biases; llama's are off unless attention_bias says otherwise.
     qkv_bias = c.flag("attention_bias", model_type == "qwen2")
-    experts = c.int("num_local_experts", default=1) if model_type == "mixtral" else 1
-    active_experts = c.int("num_experts_per_tok", default=2) if experts > 1 else 1
+    experts = c.count("num_local_experts", default=1) if model_type == "mixtral" else 1
+    active_experts = c.count("num_experts_per_tok", default=2) if experts > 1 else 1
     if active_experts > experts:
         raise DataError(f"{c.origin}: field 'num_experts_per_tok' ({active_experts}) exceeds "
                         f"'num_local_experts' ({experts})")
@@ -255,8 +281,8 @@ def _llama_like(c: _Config, model_type: str, seq_len: int | None) -> ArchSummary
     total = layers * (attn + attn_bias + experts * mlp + router + norms) + d + embed + head
     active = layers * (attn + attn_bias + active_experts * mlp + router + norms) + d + embed + head
     seq = _context(c, seq_len, "max_position_embeddings")
-    window = c.c.get("sliding_window")
-    context = min(seq, int(window)) if isinstance(window, int) and window > 0 else seq
+    window = c.count("sliding_window", default=0, minimum=0)
+    context = min(seq, window) if window > 0 else seq
     category = "llm" if total >= 1e9 else "language"
     return _summary(model_type=model_type, category=category, layers=layers, hidden=d, seq=seq,
                     total=total, embedding=embed, active=active,
@@ -272,12 +298,12 @@ def _gpt_layer(d: int, ffn: int) -> tuple[int, int]:
 
 
 def _gpt2(c: _Config, seq_len: int | None) -> ArchSummary:
-    d = c.int("n_embd", "hidden_size")
-    layers = c.int("n_layer", "num_hidden_layers")
-    heads = c.int("n_head", "num_attention_heads")
-    ffn = c.int("n_inner", default=4 * d)
-    vocab = c.int("vocab_size")
-    positions = c.int("n_positions", "max_position_embeddings")
+    d = c.count("n_embd", "hidden_size")
+    layers = c.count("n_layer", "num_hidden_layers")
+    heads = c.count("n_head", "num_attention_heads")
+    ffn = c.count("n_inner", default=4 * d)
+    vocab = c.count("vocab_size")
+    positions = c.count("n_positions", "max_position_embeddings")
     per_layer, matmul = _gpt_layer(d, ffn)
     embed = vocab * d + positions * d
     total = layers * per_layer + 2 * d + embed  # the LM head is tied to the token embedding
@@ -290,11 +316,11 @@ def _gpt2(c: _Config, seq_len: int | None) -> ArchSummary:
 
 
 def _gpt_neox(c: _Config, seq_len: int | None) -> ArchSummary:
-    d = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    ffn = c.int("intermediate_size", default=4 * d)
-    vocab = c.int("vocab_size")
+    d = c.count("hidden_size")
+    layers = c.count("num_hidden_layers")
+    heads = c.count("num_attention_heads")
+    ffn = c.count("intermediate_size", default=4 * d)
+    vocab = c.count("vocab_size")
     tied = c.flag("tie_word_embeddings", False)
     per_layer, matmul = _gpt_layer(d, ffn)
     embed = vocab * d
@@ -308,13 +334,13 @@ def _gpt_neox(c: _Config, seq_len: int | None) -> ArchSummary:
 
 
 def _encoder(c: _Config, model_type: str, seq_len: int | None) -> ArchSummary:
-    d = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    ffn = c.int("intermediate_size")
-    vocab = c.int("vocab_size")
-    positions = c.int("max_position_embeddings")
-    types = c.int("type_vocab_size", default=2, minimum=0)
+    d = c.count("hidden_size")
+    layers = c.count("num_hidden_layers")
+    heads = c.count("num_attention_heads")
+    ffn = c.count("intermediate_size")
+    vocab = c.count("vocab_size")
+    positions = c.count("max_position_embeddings")
+    types = c.count("type_vocab_size", default=2, minimum=0)
     per_layer, matmul = _gpt_layer(d, ffn)
     embed = (vocab + positions + types) * d
     pooler = d * d + d
@@ -329,13 +355,13 @@ def _encoder(c: _Config, model_type: str, seq_len: int | None) -> ArchSummary:
 
 
 def _vit(c: _Config) -> ArchSummary:
-    d = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    ffn = c.int("intermediate_size")
-    image = c.int("image_size")
-    patch = c.int("patch_size")
-    channels = c.int("num_channels", default=3)
+    d = c.count("hidden_size")
+    layers = c.count("num_hidden_layers")
+    heads = c.count("num_attention_heads")
+    ffn = c.count("intermediate_size")
+    image = c.count("image_size")
+    patch = c.count("patch_size")
+    channels = c.count("num_channels", default=3)
     if image % patch:
         raise DataError(f"{c.origin}: field 'image_size' ({image}) must be a multiple of "
                         f"'patch_size' ({patch})")
@@ -352,16 +378,16 @@ def _vit(c: _Config) -> ArchSummary:
 
 def _mlp(widths: list[int]) -> tuple[int, int]:
     """(parameters, matmul weights) of dense layers ``widths[0] -> widths[1] -> ...``."""
-    weights = sum(a * b for a, b in zip(widths, widths[1:], strict=False))
+    weights = sum(a * b for a, b in itertools.pairwise(widths))
     return weights + sum(widths[1:]), weights
 
 
 def _dlrm(c: _Config) -> ArchSummary:
-    dense = c.int("num_dense_features", minimum=0)
-    dim = c.int("embedding_dim")
-    tables = c.ints("embedding_table_sizes")
-    bottom = c.ints("bottom_mlp")
-    top = c.ints("top_mlp")
+    dense = c.count("num_dense_features", minimum=0)
+    dim = c.count("embedding_dim")
+    tables = c.counts("embedding_table_sizes")
+    bottom = c.counts("bottom_mlp")
+    top = c.counts("top_mlp")
     if bottom[-1] != dim:
         raise DataError(f"{c.origin}: field 'bottom_mlp' must end at embedding_dim ({dim}), "
                         f"ends at {bottom[-1]}")
