@@ -205,8 +205,10 @@ def test_attempts_follow_the_schema_and_invariants(df: pd.DataFrame,
     ok = attempts["status"] == "succeeded"
     assert (attempts.loc[ok, "throughput"] > 0).all()
     assert attempts.loc[~ok, "throughput"].isna().all()
+    # The tables have no architecture summaries: without the shipped model table none is set.
+    bare = to_attempts(df, architecture=False).to_pandas()
     for col in ("num_params", "flops_per_sample", "num_layers", "hidden_dim", "seq_len"):
-        assert attempts[col].isna().all()  # the tables have no architecture summaries
+        assert bare[col].isna().all()
     # The same configuration on different hardware is one family.
     fam = attempts.groupby("family_id")["hardware"].nunique()
     assert fam.max() > 20 and len(fam) == df[["source", "table", "model", "precision"]] \
@@ -334,3 +336,38 @@ def test_import_benchmarks_with_the_benchmark_catalog(runner: CliRunner, tmp_pat
     assert res.exit_code == 0, res.output
     rep = json.loads(res.stdout)
     assert rep["report"]["added"] == 93 and rep["note"] == ""
+
+
+def test_model_architecture_table_is_sourced_and_matches_the_shipped_models() -> None:
+    from leap.datasets import architecture_columns, load_model_architecture
+
+    arch = load_model_architecture()
+    assert arch["reference"].str.len().gt(20).all()  # every row names where it comes from
+    assert not arch.duplicated(["source", "model"]).any()
+    data = load_throughput()
+    pairs = set(zip(data["source"], data["model"], strict=True))
+    models = set(data["model"])
+    for src, model in zip(arch["source"], arch["model"], strict=True):
+        assert (src, model) in pairs if src != "*" else model in models, (src, model)
+    numbers = arch[["num_params", "embedding_params", "flops_per_sample", "num_layers",
+                    "hidden_dim", "seq_len"]]
+    assert (numbers.fillna(1) > 0).all().all()
+    # A source-specific row wins over the generic one; unknown models stay empty.
+    rows = pd.DataFrame({"source": ["sia", "gavel", "gavel"],
+                         "model": ["ResNet-50", "ResNet-18", "A3C"]})
+    got = architecture_columns(rows)
+    assert got["num_params"].tolist()[:2] == [25557032.0, 11173962.0]
+    assert got.iloc[2].isna().all()
+
+
+def test_transformer_rows_agree_with_leap_arch() -> None:
+    from leap.arch import describe_model
+    from leap.datasets import load_model_architecture
+
+    config = json.loads((Path(__file__).parent / "data" / "model_configs" /
+                         "bert-base-uncased.json").read_text("utf-8"))
+    want = describe_model(config, seq_len=384).columns()
+    row = load_model_architecture().set_index(["source", "model"]).loc[
+        ("lambda_pytorch", "BERT-base")]
+    for col, value in want.items():
+        assert row[col] == pytest.approx(value), col

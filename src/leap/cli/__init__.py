@@ -87,7 +87,8 @@ def _register() -> None:
     # The order here is the order of `leap --help`.
     import importlib
 
-    for mod in ("data", "sim", "model", "rank", "ops", "evaluate", "bench_data", "demo"):
+    for mod in ("data", "sim", "model", "rank", "describe", "ops", "evaluate", "bench_data",
+                "demo"):
         importlib.import_module(f"leap.cli.{mod}")
 
 

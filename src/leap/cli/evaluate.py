@@ -1,4 +1,4 @@
-"""CLI: `leap backtest`, `leap report` and `leap experiment lookup|ranking|impact`."""
+"""CLI: `leap backtest`, `leap report` and `leap experiment lookup|ranking|impact|new-families`."""
 
 from __future__ import annotations
 
@@ -347,6 +347,55 @@ def impact_cmd(
            specialists=specialists, no_history=no_history, as_json=as_json)
 
 
+@experiment_app.command("new-families", epilog="Example:  leap experiment new-families "
+                        "--type-share 0.1 --json   (writes <home>/work/reports/new_families.json)")
+@guarded
+def new_families_cmd(
+    ctx: typer.Context,
+    as_of: str = typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD). Default: the "
+                              "last full day in the store.", show_default=False),
+    type_share: float = typer.Option(0.1, "--type-share", min=0.001, max=0.999,
+                                     help="Share of the day's model types whose families all "
+                                     "leave training together."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the draw of model types."),
+    window_days: int = _window_opt(),
+    model: str = _model_opt(),
+    specialists: int = _specialists_opt(),
+    out: Path = typer.Option(None, "--out", help="Directory for new_families.json. Default: "
+                             "<home>/work/reports.", show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Leave families out of training (by model type, and one large family alone) and measure
+    the accuracy lost on them, with and without the architecture prior.
+
+    Trains two models on the window before the held-out day: one on every family, one
+    without the left-out families; scores the left-out families' attempts of the day with
+    both, and with the second again with their architecture columns blanked.
+    """
+    from leap.catalog import Catalog
+    from leap.data.store import Store
+    from leap.eval.backtest import write_json_atomic
+    from leap.eval.new_families import new_families_study
+
+    ws = workspace(ctx)
+    _require_store(ws)
+    cfg = _train_config(window_days, model, specialists, False)
+    with Store(ws.store_path, read_only=True) as store, \
+            err_console.status("new-families study", spinner="dots") as status:
+        result = new_families_study(store, Catalog.load(ws.catalog_path), cfg,
+                                    as_of=_day(as_of, "--as-of"), type_share=type_share,
+                                    seed=seed, progress=status.update)
+    directory = out if out is not None else ws.work_dir / "reports"
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(directory / "new_families.json", result)
+    if as_json:
+        print_json(result)
+        return
+    _print_tables({"new_families": result})
+    console.print(f"wrote {directory / 'new_families.json'}; "
+                  f"{result['timings']['total_s']:.0f} s")
+
+
 # leap report ----------------------------------------------------------------------------------
 @app.command("report", epilog="Examples:\n\n  leap report --out reports/2026-01\n\n"
              "  leap report --out /tmp/r --nights 5 --window-days 7 --model global --sample 300")
@@ -415,15 +464,32 @@ def report_cmd(
             notes.append("ranking and impact studies skipped: the store is not simulated, "
                          "so there is no oracle")
     real = _real_data(ws, real_data_json, real_data)
+    new_families = _saved_result(ws, "new_families.json", "model_type_groups")
+    if new_families is not None:
+        notes.append(f"new-families study: {ws.work_dir / 'reports' / 'new_families.json'} "
+                     f"(day {new_families.get('day')})")
     page = write_report(out, backtest=backtest, lookup=lookup, ranking=ranking, impact=impact,
-                        real_data=real, notes=notes,
+                        real_data=real, new_families=new_families, notes=notes,
                         meta={"home": str(ws.home), "command": "leap report"})
     if as_json:
         print_json(json.loads((out / "report.json").read_text(encoding="utf-8")))
         return
     _print_tables({"backtest": backtest, "lookup": lookup, "ranking": ranking,
-                   "impact": impact})
+                   "impact": impact, "new_families": new_families})
     console.print(f"wrote {page} (and report.json, plots) in {out}")
+
+
+def _saved_result(ws: Workspace, name: str, key: str) -> dict[str, Any] | None:
+    """A study's JSON under <home>/work/reports when present and readable (else None)."""
+    path = ws.work_dir / "reports" / name
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc}); rerun the experiment that wrote "
+                          "it") from None
+    return data if isinstance(data, dict) and key in data else None
 
 
 def _real_data(ws: Workspace, path: Path | None, run: bool) -> dict[str, Any] | None:

@@ -219,14 +219,27 @@ def predict(
     out: Path = typer.Option(None, "--out", help="Write predictions here (.csv or .parquet) "
                              "instead of printing."),
     version: str = typer.Option(None, "--version", help="Model version (default: latest)."),
+    model_config: Path = typer.Option(None, "--model-config", help="A model's config.json for "
+                                      "every row: fills the architecture fields rows leave "
+                                      "empty (a JSON Lines row may carry its own "
+                                      "\"model_config\" object instead)."),
 ) -> None:
     """Predict samples/s for each (job, hardware) row with the published model."""
+    from leap.data.jobs import fill_from_model_configs
     from leap.model.artifact import Registry
-    from leap.model.predict import predict_file
+    from leap.model.predict import predict_frame, read_jobs
 
+    config = None
+    if model_config is not None:
+        from leap.arch import read_model_config
+
+        config = read_model_config(model_config)
+    jobs = read_jobs(jobs_file)
+    if config is not None:
+        jobs = fill_from_model_configs(jobs, config)
     art = Registry(workspace(ctx).models_dir).load(version)
     names = [c.strip() for c in candidates.split(",")] if candidates else None
-    frame = predict_file(art, jobs_file, names)
+    frame = predict_frame(art, jobs, names)
     if out is None:
         console.print(frame.to_string(index=False, max_rows=50))
         return

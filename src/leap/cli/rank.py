@@ -89,6 +89,9 @@ def rank(
                                               "flops_per_sample."),
     version: str = typer.Option(None, "--version", help="Model version, a name from `leap "
                                 "models list` (default: latest)."),
+    model_config: Path = typer.Option(None, "--model-config", help="The model's config.json: "
+                                      "fills the architecture fields the job leaves empty "
+                                      "(see `leap describe-model`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the HTTP response object."),
     fmt: str = typer.Option(None, "--format", help="Print the preference list for your "
                             "scheduler: skypilot (resources.ordered), kubernetes (pod "
@@ -103,6 +106,10 @@ def rank(
     from leap.serve.payloads import RankResponse
 
     request = read_request(job)
+    if model_config is not None:
+        from leap.arch import read_model_config
+
+        request["job"].setdefault("model_config", read_model_config(model_config))
     if candidates:
         request["candidates"] = [c.strip() for c in candidates.split(",") if c.strip()]
     if objective is not None:

@@ -5,6 +5,11 @@ The CLI (``leap rank``, ``leap predict``), the Python API (:meth:`Ranker.rank`,
 schema (:data:`~leap.data.schema.JOB_COLUMNS`, :data:`~leap.data.schema.JOB_BOUNDS`): the same
 types (booleans are never numbers; NumPy scalars are numbers), the same ranges (counts >= 1,
 sizes >= 0, nothing non-finite), and messages that name the field (and the row of a batch).
+
+A job may describe its model by its definition instead of its numbers: ``"model_config":
+{...}`` (a Hugging Face style config.json, see :mod:`leap.arch`). Its summary fills the
+architecture fields the job left empty, here and only here (:func:`expand_model_config`), so
+training, batch prediction, ranking and the HTTP service all see the same numbers.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from leap.arch import describe_model
 from leap.data.schema import ALL_COLUMNS, JOB_BOUNDS, JOB_COLUMNS, PRECISIONS
 from leap.errors import DataError, did_you_mean
 
@@ -27,6 +33,8 @@ INT_FIELDS = frozenset(c for c in JOB_COLUMNS if ALL_COLUMNS[c] == pa.int64())
 STR_FIELDS = frozenset(c for c in JOB_COLUMNS if ALL_COLUMNS[c] == pa.string())
 #: Identity fields of an attempt that a caller may send along with the job; never features.
 IDENTITY = frozenset({"attempt_id", "submitted_at", "hardware"})
+#: The job field that carries a model definition (expanded by :func:`expand_model_config`).
+MODEL_CONFIG = "model_config"
 
 
 def _fmt(v: Any) -> str:
@@ -85,6 +93,51 @@ def _range(name: str, low: bool, lo: float, hi: float, got: str) -> str:
     return f"job field '{name}' must be {bound}, got {got}"
 
 
+def _is_missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _summary_fields(config: Any, seq_len: Any, where: str) -> dict[str, float | None]:
+    seq = check_value("seq_len", None if _is_missing(seq_len) else seq_len)
+    if seq is not None and seq != int(seq):
+        raise DataError(f"{where}job field 'seq_len' must be a whole number with "
+                        f"'{MODEL_CONFIG}', got {_fmt(seq_len)}")
+    return describe_model(config, seq_len=None if seq is None or seq < 1 else int(seq),
+                          origin=f"{where}job field '{MODEL_CONFIG}'").columns()
+
+
+def expand_model_config(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``job`` with the architecture fields it left empty filled from its ``model_config``.
+
+    The summary (:func:`leap.arch.describe_model`, FLOPs at the job's ``seq_len`` when it
+    states one) never overrides a value the job gives. A job without ``model_config`` is
+    returned as it is; otherwise a new dict without the ``model_config`` key.
+
+    Raises
+    ------
+    DataError
+        The config cannot be read (the message names the field of the config).
+
+    Examples
+    --------
+    >>> job = expand_model_config({"family_id": "f", "num_layers": 6, "model_config": {
+    ...     "model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+    ...     "vocab_size": 50257, "n_positions": 1024}})
+    >>> job["num_layers"], round(job["num_params"] / 1e6)
+    (6, 124)
+    """
+    if MODEL_CONFIG not in job:
+        return job
+    out = {k: v for k, v in job.items() if k != MODEL_CONFIG}
+    config = job[MODEL_CONFIG]
+    if config is None:
+        return out
+    for name, value in _summary_fields(config, job.get("seq_len"), "").items():
+        if _is_missing(out.get(name)):
+            out[name] = value
+    return out
+
+
 def check_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Check a job's launch-time fields and return them typed, with the ignored field names.
 
@@ -107,6 +160,7 @@ def check_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """
     if not isinstance(job, Mapping):
         raise DataError(f"job must be an object of launch-time fields, got {type(job).__name__}")
+    job = expand_model_config(job)
     out: dict[str, Any] = dict.fromkeys(JOB_COLUMNS)
     ignored = sorted(str(k) for k in job if k not in out and k not in IDENTITY)
     for name in REQUIRED_JOB:
@@ -122,7 +176,10 @@ def check_jobs_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Check a batch of jobs (one per row) with the rules of :func:`check_job`.
 
     Missing values (``None``/``NaN``) are allowed in optional columns only; the message of a
-    bad value names the field and its row (0-based, in frame order).
+    bad value names the field and its row (0-based, in frame order). A ``model_config`` column
+    (a model definition per row, e.g. from JSON Lines) fills each row's empty architecture
+    fields as :func:`expand_model_config` does; the frame returned has them and no
+    ``model_config`` column (the frame passed in is not changed).
 
     Raises
     ------
@@ -139,6 +196,8 @@ def check_jobs_frame(frame: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in REQUIRED_JOB if c not in frame.columns]
     if missing:
         raise DataError(f"jobs lack required field(s) {', '.join(missing)}")
+    if MODEL_CONFIG in frame.columns:
+        frame = fill_from_model_configs(frame)
     for name in [c for c in JOB_COLUMNS if c in frame.columns]:
         col = frame[name]
         null = col.isna().to_numpy()
@@ -163,6 +222,40 @@ def check_jobs_frame(frame: pd.DataFrame) -> pd.DataFrame:
             raise DataError(f"jobs row {row}: job field '{name}' must be within [{lo:g}, "
                             f"{hi:g}], got {_fmt(col.iloc[row])}")  # (check_value said so)
     return frame
+
+
+def fill_from_model_configs(frame: pd.DataFrame, config: Any = None) -> pd.DataFrame:
+    """A copy of ``frame`` whose empty architecture cells are filled from model definitions.
+
+    Each row's definition is its ``model_config`` cell, else ``config`` (one definition for
+    every row, e.g. ``leap predict --model-config FILE``); rows with neither are unchanged.
+    FLOPs use each row's ``seq_len`` when it has one. The ``model_config`` column is dropped.
+
+    Raises
+    ------
+    DataError
+        A definition cannot be read; the message names the row and the config field.
+    """
+    out = frame.drop(columns=[MODEL_CONFIG]) if MODEL_CONFIG in frame.columns else frame.copy()
+    per_row = frame[MODEL_CONFIG].tolist() if MODEL_CONFIG in frame.columns \
+        else [None] * len(frame)
+    seqs = frame["seq_len"].tolist() if "seq_len" in frame.columns else [None] * len(frame)
+    filled: dict[str, list[Any]] = {}
+    cache: dict[tuple[int, Any], dict[str, float | None]] = {}
+    for i, (row_config, seq) in enumerate(zip(per_row, seqs, strict=True)):
+        chosen = config if _is_missing(row_config) else row_config
+        if chosen is None:
+            continue
+        key = (id(chosen), None if _is_missing(seq) else seq)
+        if key not in cache:
+            where = f"jobs row {i}: " if chosen is row_config else ""
+            cache[key] = _summary_fields(chosen, seq, where)
+        for name, value in cache[key].items():
+            filled.setdefault(name, [None] * len(frame))[i] = value
+    for name, values in filled.items():
+        new = pd.Series(values, index=out.index, dtype="float64")
+        out[name] = out[name].where(out[name].notna(), new) if name in out.columns else new
+    return out
 
 
 def _check_each(name: str, col: pd.Series, null: np.ndarray, offset: int = 0) -> None:

@@ -14,7 +14,7 @@ Examples
 """
 
 from leap.datasets._sources import SOURCES, Source, SourceTable
-from leap.datasets.attempts import family_ids, to_attempts
+from leap.datasets.attempts import architecture_columns, family_ids, to_attempts
 from leap.datasets.loaders import (
     COLUMNS,
     OUTCOME_COLUMNS,
@@ -22,6 +22,7 @@ from leap.datasets.loaders import (
     benchmark_catalog_path,
     data_checksum,
     load_hardware_specs,
+    load_model_architecture,
     load_prices,
     load_throughput,
 )
@@ -32,11 +33,13 @@ __all__ = [
     "SOURCES",
     "Source",
     "SourceTable",
+    "architecture_columns",
     "benchmark_catalog",
     "benchmark_catalog_path",
     "data_checksum",
     "family_ids",
     "load_hardware_specs",
+    "load_model_architecture",
     "load_prices",
     "load_throughput",
     "to_attempts",

@@ -36,7 +36,11 @@ status, throughput            ``"succeeded"`` and ``throughput_samples_per_s`` (
                               the model's own unit: never compare it across models); a zero
                               throughput (the source's mark for a configuration that did not
                               run) becomes ``"failed"`` with a null throughput
-other optional columns        missing: the tables have no architecture summaries
+num_params, embedding_params,  from :func:`leap.datasets.load_model_architecture` by (source,
+flops_per_sample, num_layers,  model), else (``*``, model): public configs and papers, the
+hidden_dim, seq_len            reference named on each row; missing for models without a
+                              published figure (and everywhere with ``architecture=False``)
+other optional columns        missing
 ============================  ===============================================================
 
 The invariants ``trainer_count * devices_per_trainer == num_devices`` and
@@ -53,6 +57,7 @@ import pyarrow as pa
 
 from leap.data.schema import ATTEMPTS_SCHEMA, PRECISIONS
 from leap.datasets._sources import SOURCES
+from leap.datasets.loaders import ARCHITECTURE_COLUMNS, load_model_architecture
 from leap.errors import DataError
 
 #: Columns of a benchmark frame that :func:`to_attempts` needs (the outcome is optional).
@@ -86,7 +91,28 @@ def family_ids(df: pd.DataFrame) -> pd.Series:
             + df["model"].astype("string") + "/" + precision)
 
 
-def to_attempts(df: pd.DataFrame) -> pa.Table:
+def architecture_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """The architecture summary of each benchmark row's model (NaN where none is published).
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"source": ["gavel", "gavel"], "model": ["ResNet-50", "A3C"]})
+    >>> architecture_columns(rows)["num_params"].tolist()
+    [25557032.0, nan]
+    """
+    arch = load_model_architecture()
+    exact = arch[arch["source"] != "*"].set_index(["source", "model"])
+    generic = arch[arch["source"] == "*"].set_index("model")
+    keys = pd.MultiIndex.from_arrays([df["source"].astype(object), df["model"].astype(object)])
+    out = pd.DataFrame(index=range(len(df)))
+    for col in ARCHITECTURE_COLUMNS:
+        by_source = exact[col].astype(np.float64).reindex(keys).to_numpy()
+        by_model = generic[col].astype(np.float64).reindex(df["model"].astype(object)).to_numpy()
+        out[col] = np.where(np.isnan(by_source), by_model, by_source)
+    return out
+
+
+def to_attempts(df: pd.DataFrame, *, architecture: bool = True) -> pa.Table:
     """Map benchmark rows onto :data:`leap.data.schema.ATTEMPTS_SCHEMA` (see module docs).
 
     Parameters
@@ -94,6 +120,9 @@ def to_attempts(df: pd.DataFrame) -> pa.Table:
     df : pandas.DataFrame
         Rows of :func:`leap.datasets.load_throughput` (any subset). Without a
         ``throughput_samples_per_s`` column (a predictor's test rows), ``throughput`` is null.
+    architecture : bool, default True
+        Fill the architecture columns from :func:`architecture_columns`; ``False`` leaves
+        them null (the tables as measured, for an ablation).
 
     Returns
     -------
@@ -178,5 +207,9 @@ def to_attempts(df: pd.DataFrame) -> pa.Table:
         "tensor_parallel": pa.array(ones, type=pa.int64()),
         "pipeline_parallel": pa.array(ones, type=pa.int64()),
     })
+    if architecture and n:
+        arch = architecture_columns(df)
+        for col in ARCHITECTURE_COLUMNS:
+            columns[col] = pa.array(arch[col].to_numpy(), type=pa.float64(), from_pandas=True)
     return pa.Table.from_pydict(columns, schema=ATTEMPTS_SCHEMA)
 

@@ -127,6 +127,30 @@ def load_throughput(source: str | None = None, *, include_flagged: bool = True) 
     return df[mask].reset_index(drop=True)
 
 
+#: The architecture columns ``model_architecture.csv`` gives (attempt-schema names).
+ARCHITECTURE_COLUMNS: tuple[str, ...] = ("num_params", "embedding_params", "flops_per_sample",
+                                         "num_layers", "hidden_dim", "seq_len")
+
+
+def load_model_architecture() -> pd.DataFrame:
+    """The architecture summary of the benchmark models, from public configs and papers.
+
+    One row per (``source``, ``model``); ``source`` ``*`` applies to every source that runs a
+    model of that name on the same input (e.g. ResNet-50 on ImageNet). Columns: ``source,
+    model``, :data:`ARCHITECTURE_COLUMNS` (blank where no public figure exists),
+    ``sample_unit`` (what ``flops_per_sample`` counts: an image, a sequence, a token ...) and
+    ``reference`` (where each figure comes from, or how it is derived). ``flops_per_sample`` is
+    training FLOPs: 3 x the forward pass (2 FLOPs per multiply-add).
+
+    Examples
+    --------
+    >>> arch = load_model_architecture().set_index(["source", "model"])
+    >>> int(arch.loc[("*", "ResNet-50"), "num_params"])
+    25557032
+    """
+    return pd.read_csv(_data_path("model_architecture.csv"))
+
+
 def load_hardware_specs() -> pd.DataFrame:
     """Published spec figures per accelerator type (56 types; blank where no source has one).
 

@@ -207,7 +207,40 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
     im = report.get("impact")
     if im:
         tables.extend(impact_tables(im))
+    nf = report.get("new_families")
+    if nf:
+        tables.append(new_families_table(nf))
     return tables
+
+
+def new_families_table(nf: Mapping[str, Any]) -> Table:
+    """The new-families study (:func:`leap.eval.new_families.new_families_study`) as a table.
+
+    Examples
+    --------
+    >>> blk = {"n": 10, "families": 2, "seen": {"accuracy": 0.8},
+    ...        "held_out_with_prior": {"accuracy": 0.3},
+    ...        "held_out_without_prior": {"accuracy": 0.2}, "drop_points": 50.0}
+    >>> new_families_table({"day": "2026-01-31", "model_type_groups": blk}).rows[0][3]
+    '80.0%'
+    """
+    labels = (("model_type_groups", "families of left-out model types (together)"),
+              ("single_family", "one large family, alone (as the paper)"),
+              ("new_on_the_day", "families new on the day (no history in either model)"))
+    rows = []
+    for key, label in labels:
+        b = nf.get(key) or {}
+        if not b.get("n"):
+            continue
+        rows.append((label, f"{int(b['n']):,}", f"{int(b.get('families', 0)):,}",
+                     pct(b["seen"]["accuracy"]), pct(b["held_out_with_prior"]["accuracy"]),
+                     pct(b["held_out_without_prior"]["accuracy"]),
+                     f"{b.get('drop_points', math.nan):.1f}"))
+    return Table("new_families", f"new families on {nf.get('day', 'the held-out day')}: "
+                 "the same attempts scored by a model that saw their families and by one "
+                 "trained without them, with and without the architecture columns",
+                 ("attempts of", "n", "families", "±20% seen", "±20% held out",
+                  "±20% held out, no architecture", "drop (points)"), tuple(rows))
 
 
 def _html_table(t: Table) -> str:
@@ -521,7 +554,8 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
                  ranking: Mapping[str, Any] | None = None,
                  impact: Mapping[str, Any] | None = None,
                  real_data: Mapping[str, Any] | None = None,
-                 notes: Sequence[str] = (), meta: Mapping[str, Any] | None = None) -> Path:
+                 notes: Sequence[str] = (), meta: Mapping[str, Any] | None = None,
+                 new_families: Mapping[str, Any] | None = None) -> Path:
     """Write ``index.html``, ``report.json`` and the plots into ``out_dir``; return the page.
 
     Parameters
@@ -538,6 +572,8 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
         :func:`leap.eval.impact.impact_study`.
     real_data : dict, optional
         :func:`leap.eval.real_data.run_real_data`; rendered by its ``html_section``.
+    new_families : dict, optional
+        :func:`leap.eval.new_families.new_families_study`.
     notes : sequence of str
         Lines shown under the title (e.g. which model the studies used).
     meta : dict, optional
@@ -553,7 +589,7 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
     >>> # write_report(Path("reports/jan"), backtest=bt.to_json(), lookup=lk)
     """
     parts = {"backtest": backtest, "lookup": lookup, "ranking": ranking, "impact": impact,
-             "real_data": real_data}
+             "real_data": real_data, "new_families": new_families}
     if all(v is None for v in parts.values()):
         raise ConfigError("nothing to report: pass at least one result (backtest, lookup, "
                           "ranking, impact or real data)")
@@ -663,6 +699,14 @@ def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
                     tuple((t["attempt_id"], str(t["devices"]), t["home"], t["placed"],
                            t["kind"], _money(t["cost_change"]),
                            _signed_pct(t["share_of_baseline"])) for t in top[:5]))))
+    if report.get("new_families") and "new_families" in tables:
+        body.append("<h2>New families: left out of training</h2><p>Every family of a drawn "
+                    "share of model types leaves the training window together, and one large "
+                    "family leaves alone; their attempts of the held-out day are scored by the "
+                    "model that saw them and by the one that did not, the latter with and "
+                    "without their architecture columns (the prior a job's model_config "
+                    "gives).</p>")
+        body.append(_html_table(tables["new_families"]))
     if report.get("real_data"):
         from leap.eval.real_data import html_section
 

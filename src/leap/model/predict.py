@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,7 +14,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from leap.data.ingest import check_text_file, printable
-from leap.data.jobs import check_jobs_frame
+from leap.data.jobs import MODEL_CONFIG, check_jobs_frame
 from leap.data.schema import JOB_BOUNDS, JOB_COLUMNS
 from leap.errors import DataError
 from leap.features.encode import (
@@ -34,8 +36,13 @@ def read_jobs(path: Path) -> pd.DataFrame:
         raise DataError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
     if suffix in (".csv", ".csv.gz", ".jsonl", ".ndjson", ".json"):
         check_text_file(path, "CSV" if suffix.startswith(".csv") else "JSON")
+    configs: list[Any] | None = None
     try:
-        if suffix in (".csv", ".csv.gz"):
+        if suffix in (".jsonl", ".ndjson", ".json") and b'"model_config"' in path.read_bytes():
+            # Model definitions vary in keys and types from row to row: read them as Python
+            # objects, not as one inferred Arrow struct.
+            table, configs = _json_jobs_with_configs(path)
+        elif suffix in (".csv", ".csv.gz"):
             table = pacsv.read_csv(path)
         elif suffix in (".parquet", ".pq"):
             table = pq.read_table(path)
@@ -44,7 +51,7 @@ def read_jobs(path: Path) -> pd.DataFrame:
         else:
             raise DataError(f"{path}: unknown job file format '{suffix}'; use .csv, .parquet "
                             "or .jsonl")
-    except (OSError, pa.ArrowInvalid) as exc:
+    except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise DataError(f"{path}: cannot read jobs: {printable(str(exc))}") from None
     for name in table.column_names:
         if name in JOB_BOUNDS and pa.types.is_boolean(table.schema.field(name).type):
@@ -52,7 +59,28 @@ def read_jobs(path: Path) -> pd.DataFrame:
                             "values")
     typed = jobs_frame(table.to_pylist())
     extra = [c for c in table.column_names if c not in typed.columns]
-    return pd.concat([table.select(extra).to_pandas(), typed], axis=1) if extra else typed
+    out = pd.concat([table.select(extra).to_pandas(), typed], axis=1) if extra else typed
+    if configs is not None:
+        out[MODEL_CONFIG] = pd.Series(configs, index=out.index, dtype=object)
+    return out
+
+
+def _json_jobs_with_configs(path: Path) -> tuple[pa.Table, list[Any]]:
+    """Jobs of a JSON Lines file without their ``model_config`` objects, and those objects."""
+    records: list[dict[str, Any]] = []
+    for n, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{path}:{n}: not valid JSON ({exc})") from None
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}:{n}: expected a JSON object (a job), got "
+                            f"{type(rec).__name__}")
+        records.append(rec)
+    configs = [rec.pop(MODEL_CONFIG, None) for rec in records]
+    return pa.Table.from_pylist(records), configs
 
 
 def expand_candidates(jobs: pd.DataFrame, candidates: list[str]) -> pd.DataFrame:
@@ -76,7 +104,7 @@ def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
     and its 80% interval ``throughput_p10`` / ``throughput_p90``, and ``novelty`` (what
     history the family had on the type).
     """
-    check_jobs_frame(jobs)  # the one job validation: same types and ranges as every entry
+    jobs = check_jobs_frame(jobs)  # the one job validation (and model_config expansion)
     names = artifact.catalog.resolve(candidates)
     rows = expand_candidates(jobs, names)
     missing = [c for c in REQUEST_COLUMNS if c not in rows.columns]

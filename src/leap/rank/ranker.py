@@ -78,7 +78,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog, Hardware
-from leap.data.jobs import REQUIRED_JOB, check_job, check_jobs_frame
+from leap.data.jobs import REQUIRED_JOB, check_job, check_jobs_frame, expand_model_config
 from leap.errors import (
     ArtifactError,
     CatalogError,
@@ -1029,7 +1029,8 @@ class Ranker:
                 records = list(jobs)
                 for i, rec in enumerate(records):
                     try:
-                        check_job(rec)
+                        records[i] = expand_model_config(rec)
+                        check_job(records[i])
                     except DataError as exc:
                         raise DataError(f"jobs row {i}: {exc}") from None
                 frame = jobs_frame(records)

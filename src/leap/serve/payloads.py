@@ -50,7 +50,8 @@ class Job(BaseModel):
     (a misspelt optional field is visible, never silently used).
     """
 
-    model_config = ConfigDict(extra="allow", json_schema_extra={"example": _JOB_EXAMPLE})
+    model_config = ConfigDict(extra="allow", populate_by_name=True,
+                              json_schema_extra={"example": _JOB_EXAMPLE})
 
     family_id: _Name = Field(description="The recurring job this attempt belongs to "
                              "(history is keyed on it).")
@@ -74,6 +75,11 @@ class Job(BaseModel):
     data_parallel: int | None = _count("Data-parallel degree.")
     tensor_parallel: int | None = _count("Tensor-parallel degree.")
     pipeline_parallel: int | None = _count("Pipeline-parallel degree.")
+    # The wire name is "model_config" (pydantic reserves that attribute name for itself).
+    definition: dict[str, Any] | None = Field(
+        None, alias="model_config", description="The model's definition: a Hugging Face style "
+        "config.json object (or leap's DLRM format). Its architecture summary fills the "
+        "architecture fields left empty (never one you give); see `leap describe-model`.")
 
     @field_validator(*_NUMERIC_FIELDS, mode="before")
     @classmethod
@@ -87,7 +93,7 @@ class Job(BaseModel):
 
     def launch_fields(self) -> dict[str, Any]:
         """The set fields, extras included (what the ranker receives)."""
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(exclude_none=True, by_alias=True)
 
 
 class RankRequest(BaseModel):

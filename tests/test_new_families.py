@@ -1,0 +1,85 @@
+"""leap experiment new-families: families left out of training, with and without the prior."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from conftest import SMALL_AS_OF, small_train_config
+from leap.catalog import Catalog
+from leap.config import Workspace
+from leap.data.store import Store
+from leap.errors import ConfigError
+from leap.eval.new_families import choose_left_out, new_families_study
+from leap.eval.report import report_tables
+
+
+@pytest.fixture(scope="module")
+def study(sim_workspace: Workspace) -> dict[str, Any]:
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        return new_families_study(store, Catalog.default(), small_train_config(),
+                                  as_of=SMALL_AS_OF, type_share=0.2, seed=3)
+
+
+def test_left_out_families_are_new_to_the_held_out_model(study: dict[str, Any]) -> None:
+    groups, single = study["model_type_groups"], study["single_family"]
+    assert groups["n"] > 50 and single["n"] > 5
+    assert groups["new_to_held_out_model"] == 1.0 and single["new_to_held_out_model"] == 1.0
+    assert groups["model_types"] == len(study["left_out_model_types"])
+    assert study["single_family_id"] is not None and single["families"] == 1
+
+
+def test_leaving_families_out_costs_accuracy(study: dict[str, Any]) -> None:
+    groups = study["model_type_groups"]
+    # History is what the seen model has and the held-out one lacks: it must show.
+    assert groups["seen"]["accuracy"] > groups["held_out_with_prior"]["accuracy"] + 0.1
+    assert groups["drop_points"] == pytest.approx(
+        100 * (groups["seen"]["accuracy"] - groups["held_out_with_prior"]["accuracy"]))
+    # Without architecture columns the model knows less about a family it has never seen:
+    # the typical miss (in log space: MdAPE caps under-predictions at 100%) grows, as the
+    # simulator's throughput follows FLOPs and parameters.
+    for block in (groups, study["single_family"]):
+        assert block["held_out_without_prior"]["median_abs_log_ratio"] > \
+            block["held_out_with_prior"]["median_abs_log_ratio"]
+    assert study["single_family"]["held_out_with_prior"]["accuracy"] >= \
+        study["single_family"]["held_out_without_prior"]["accuracy"]
+    assert set(study["model_type_groups_by_category"]) <= {
+        "recommendation", "vision", "language", "llm", "speech", "tabular", "graph"}
+
+
+def test_the_draw_is_seeded_and_keeps_a_type_in(sim_workspace: Workspace) -> None:
+    past = pd.DataFrame({"model_type": list("abcd"), "family_id": ["fa", "fb", "fc", "fd"]})
+    held = pd.DataFrame({"model_type": list("abcdd"), "family_id": ["fa", "fb", "fc", "fd",
+                                                                   "fd"]})
+    a = choose_left_out(past, held, type_share=0.5, seed=1)
+    assert a == choose_left_out(past, held, type_share=0.5, seed=1)
+    assert len(a[0]) == 2 and a[1] not in {f"f{t}" for t in a[0]}
+    assert len(choose_left_out(past, held, type_share=0.99, seed=1)[0]) == 3
+    with pytest.raises(ConfigError, match="--type-share must be between 0 and 1"):
+        choose_left_out(past, held, type_share=1.5, seed=1)
+    with pytest.raises(ConfigError, match="fewer than two model types"):
+        choose_left_out(past.head(1), held.head(1), type_share=0.5, seed=1)
+
+
+def test_report_table_and_json(study: dict[str, Any]) -> None:
+    json.dumps(study)  # plain JSON
+    (table,) = [t for t in report_tables({"new_families": study}) if t.key == "new_families"]
+    assert len(table.rows) >= 2 and table.rows[0][1] == f"{study['model_type_groups']['n']:,}"
+
+
+def test_cli_writes_the_json(sim_workspace: Workspace, tmp_path: Any) -> None:
+    from leap.cli import _register, app
+
+    _register()
+    res = CliRunner().invoke(app, ["--home", str(sim_workspace.home), "experiment",
+                                   "new-families", "--as-of", "2026-01-12", "--window-days",
+                                   "10", "--specialists", "3", "--type-share", "0.2",
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "new_families.json").read_text())
+    assert data["day"] == "2026-01-12" and data["model_type_groups"]["n"] > 0
+    assert "new families on 2026-01-12" in res.output
