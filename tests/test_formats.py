@@ -69,6 +69,23 @@ def test_skypilot_passes_the_schema_and_keeps_the_order() -> None:
         jsonschema.validate({"resources": {"ordered": [{"accelerators": "H100 x8"}]}}, schema)
 
 
+def test_skypilot_output_parses_with_skypilot_itself() -> None:
+    """SkyPilot's own resources schema and Task parser, when the ``schedulers`` extra is
+    installed (``pip install -e '.[schedulers]'``); the JSON schema above covers the rest."""
+    pytest.importorskip("sky", reason="SkyPilot is not installed (the schedulers extra); its "
+                        "own parser check is skipped")
+    jsonschema = pytest.importorskip("jsonschema")
+    import sky
+    from sky.utils import schemas
+
+    doc = _body(render("skypilot", RESULT, JOB, Catalog.default()))
+    jsonschema.validate(doc["resources"], schemas.get_resources_schema())
+    task = sky.Task.from_yaml_config(doc)
+    assert task.num_nodes == 2
+    got = [next(iter(r.accelerators)) for r in task.resources]
+    assert got == ["H100", "A100-80GB", "A100", "MI300X", "tpu-v5p-8", "L4"]
+
+
 class _Response:
     def __init__(self, data: Any) -> None:
         self.data = json.dumps(data)
