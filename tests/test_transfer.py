@@ -90,11 +90,16 @@ def test_gain_share_carries_a_job_that_does_not_speed_up_as_physics_says() -> No
     # so jobs like this get none of it (an input-bound job): gamma -> 0.
     idx = _index({("f", "L4"): -1.0}, [("all", "bf16", "L4", "T4", 0.0, 50.0, -20.0, 20.0)],
                  phys=2.0)
-    out = _features(idx, _keys("f", 1), ["H100-SXM"], phys=5.0)
+    out = _features(idx, _keys("f", 1), ["T4"], phys=5.0)
     gamma = 20.0 * 0.0 / (20.0 + SHRINK_GAIN) + SHRINK_GAIN * 1.0 / (20.0 + SHRINK_GAIN)
     assert out["xfer_gamma"][0] == pytest.approx(gamma)
     # Family's log throughput on L4 is 1.0 (= -1 + 2); the target's physics is 5 (+3).
     assert out["xfer_g_r"][0] + 5.0 == pytest.approx(1.0 + gamma * 3.0)
+    # A type nobody ran on in the window (H100 here) has no pairs of its own: the fleet's
+    # slope is not extrapolated to it, the whole physics gain applies.
+    new = _features(idx, _keys("f", 1), ["H100-SXM"], phys=5.0)
+    assert new["xfer_gamma"][0] == 1.0
+    assert new["xfer_g_r"][0] + 5.0 == pytest.approx(1.0 + 3.0)
 
 
 def test_transfer_features_are_the_same_for_one_row_and_many() -> None:
