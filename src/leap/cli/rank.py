@@ -16,17 +16,9 @@ from rich.table import Table
 from leap.cli import app, console, err_console, guarded, print_json, workspace
 from leap.config import Workspace
 from leap.errors import ConfigError, DataError
+from leap.eval.report import si
 
 DEFAULT_PORT = 8787
-
-
-def _si(x: float | None) -> str:
-    if x is None or x != x:
-        return "—"
-    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g}{unit}"
-    return f"{x:.3g}"
 
 
 def read_request(path: Path) -> dict[str, Any]:
@@ -178,9 +170,9 @@ def _print_ranking(out: dict[str, Any]) -> None:
         for i, r in enumerate(out["ranking"], start=1):
             mfu = r["predicted_utilization"]
             span = "—" if r.get("throughput_p10") is None else \
-                f"{_si(r['throughput_p10'])}–{_si(r['throughput_p90'])}"
-            t.add_row(str(i), r["hardware"], _si(r["predicted_throughput"]), span,
-                      f"{r['cost_per_hour']:.2f}", _si(r["value"]),
+                f"{si(r['throughput_p10'])}–{si(r['throughput_p90'])}"
+            t.add_row(str(i), r["hardware"], si(r["predicted_throughput"]), span,
+                      f"{r['cost_per_hour']:.2f}", si(r["value"]),
                       "—" if mfu is None else f"{100 * mfu:.1f}%",
                       "—" if r["speedup"] is None else f"{r['speedup']:.2f}x",
                       ", ".join(r["flags"]))

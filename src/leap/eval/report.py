@@ -60,6 +60,20 @@ class Table:
     rows: tuple[tuple[str, ...], ...]
 
 
+def si(x: float | None) -> str:
+    """A number with three significant digits and an SI suffix; a dash for missing values.
+
+    >>> si(874_123.0), si(12.5), si(None)
+    ('874k', '12.5', '—')
+    """
+    if x is None or x != x:
+        return "—"
+    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"
+
+
 def pct(x: Any, digits: int = 1) -> str:
     """A share as a percentage string; a dash for missing values.
 

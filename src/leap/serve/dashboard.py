@@ -19,6 +19,7 @@ from typing import Any
 from leap import __version__
 from leap.errors import LeapError
 from leap.eval.monitor import MonitorCollector
+from leap.eval.report import si
 from leap.rank.decisions import DecisionLog
 from leap.rank.ranker import ModelWatcher, Ranker
 
@@ -33,15 +34,6 @@ def _e(x: Any) -> str:
 
 def _pct(x: Any) -> str:
     return "—" if x is None or x != x else f"{100 * float(x):.1f}%"
-
-
-def _si(x: Any) -> str:
-    if x is None or x != x:
-        return "—"
-    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g}{unit}"
-    return f"{x:.3g}"
 
 
 def _table(head: list[str], rows: list[list[str]], table_id: str = "") -> str:
@@ -180,9 +172,9 @@ class Dashboard:
             rows = []
             for i, r in enumerate(result.ranking, start=1):
                 span = "—" if r.throughput_p10 is None else \
-                    f"{_si(r.throughput_p10)}–{_si(r.throughput_p90)}"
-                rows.append([str(i), _e(r.hardware), _si(r.predicted_throughput), span,
-                             f"{r.cost_per_hour:.2f}", _si(r.value), _e(r.novelty or "—"),
+                    f"{si(r.throughput_p10)}–{si(r.throughput_p90)}"
+                rows.append([str(i), _e(r.hardware), si(r.predicted_throughput), span,
+                             f"{r.cost_per_hour:.2f}", si(r.value), _e(r.novelty or "—"),
                              _e(", ".join(r.flags))])
             out.append(_table(["#", "hardware", "samples/s", "80% interval", "cost/hour",
                                "samples per cost", "novelty", "flags"], rows, "ranking"))
