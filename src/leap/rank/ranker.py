@@ -45,7 +45,9 @@ not counted as fail-open).
 
 Objectives: ``value`` (default) sorts by value; ``throughput`` sorts by predicted throughput
 (fastest within an optional ``max_cost_per_hour`` budget). Ties break by name, so the order
-never depends on the order of the candidates.
+never depends on the order of the candidates. The ``risk`` rule (:func:`order_ranking`) says
+how the 80% intervals enter: ``cautious`` (default) keeps the cheapest type first unless a
+dearer one beats it confidently, ``neutral`` sorts by the median, ``averse`` by the low end.
 
 Fail-open: any failure inside prediction (no model, a corrupt artifact, a bug, a non-finite
 prediction) gives ``RankResult(ranking=[], reason="<code>: <detail>")`` and is counted in
