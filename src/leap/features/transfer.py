@@ -164,9 +164,6 @@ class TransferIndex:
             _, slope, sxx = self.gains[name]
             g_sxx = np.where(k >= 0, sxx[np.maximum(k, 0)], 0.0)
             gamma = (g_sxx * slope[np.maximum(k, 0)] + SHRINK_GAIN * gamma) / (g_sxx + SHRINK_GAIN)
-            # A type nobody ran on in the window has no pairs: its gain share is the physics
-            # prior (1), not a slope learned on other types' gains and extrapolated.
-            gamma = np.where(b == virtual, 1.0, gamma)
             ok = k >= 0
             kk = np.where(ok, k, 0)
             dd = d[kk, :, b] * ok[:, None]          # (m, H): difference from each A to b
@@ -176,6 +173,9 @@ class TransferIndex:
                 n_mt = nn
             if name == "all":
                 n_all = nn
+        # A type nobody ran on in the window has no pairs: its gain share is the physics
+        # prior (1), not a slope learned on other types' gains and extrapolated.
+        gamma = np.where(b == virtual, 1.0, gamma)
         est = level + d_prev
         w = np.where(seen, np.log1p(n_mt) + 0.25 * np.log1p(n_all) + 0.1, 0.0)
         wsum = w.sum(axis=1)
