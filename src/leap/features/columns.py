@@ -69,6 +69,14 @@ class Columns:
         arrays["hardware"] = np.asarray(list(hardware), dtype=object)
         return cls(arrays, n)
 
+    def take(self, rows: np.ndarray) -> Columns:
+        """The rows at positions ``rows`` (repeats allowed), every column."""
+        return Columns({c: a[rows] for c, a in self._arrays.items()}, len(rows))
+
+    def with_hardware(self, hardware: np.ndarray) -> Columns:
+        """The same rows on the types in ``hardware`` (one per row)."""
+        return Columns({**self._arrays, "hardware": np.asarray(hardware, dtype=object)}, self.n)
+
     def num(self, name: str) -> np.ndarray:
         """float64 values; missing or non-numeric entries are NaN."""
         arr = self._arrays.get(name)

@@ -25,7 +25,7 @@ from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
 
-FEATURE_VERSION = 4
+FEATURE_VERSION = 5
 
 #: Columns a serving request must be able to supply (everything else is optional).
 REQUEST_COLUMNS: tuple[str, ...] = ("family_id", "model_type", "trainer_count", "batch_size",
@@ -43,7 +43,8 @@ CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "precision", "model_catego
 
 # Residual estimates in order of specificity: the first one with history gives `hist_est`.
 # "xfer" is the family's level on the types it ran on, carried to this one
-# (:mod:`leap.features.transfer`).
+# (:mod:`leap.features.transfer`): by the pair model where the snapshot has one, else by the
+# transfer tables.
 _RESIDUAL_PRIORITY = ("fam_hw_shape", "fam_hw_tc", "fam_hw", "xfer", "fam_shape", "fam_vendor",
                       "fam", "mt_hw", "mt")
 #: Novelty groups of a (job, type) row, judged on the history before it (spec.md 5b).
@@ -57,7 +58,8 @@ def _history_names() -> list[str]:
 
 FEATURE_NAMES: tuple[str, ...] = (
     *[f"log_{c}" for c in _LOG_JOB], *_RAW_JOB, *CATEGORICAL, *_HW, *_PHYS,
-    *_history_names(), *TRANSFER_FEATURES, "xfer_est", "xfer_g_est", "has_family_history",
+    *_history_names(), *TRANSFER_FEATURES, "xfer_est", "xfer_g_est", "xfer_p_est",
+    "has_family_history",
     "hist_level",
     "hist_est",
 )
@@ -205,16 +207,18 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
     keys["model_category"] = cols_in.text("model_category")
     keys["precision"] = cols_in.text("precision")
     phys0 = np.nan_to_num(phys["log_phys_sps"], nan=0.0)
-    cols.update(snapshot.transfer.features(keys, hardware, catalog, phys0))
+    cols.update(snapshot.transfer.features(keys, hardware, catalog, phys0, cols_in))
     best = np.full(n, np.nan)
     level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
-        r = cols["xfer_r"] if name == "xfer" else cols[f"{name}_med_r"]
+        r = np.where(np.isfinite(cols["xfer_p_r"]), cols["xfer_p_r"], cols["xfer_r"]) \
+            if name == "xfer" else cols[f"{name}_med_r"]
         take = np.isnan(best) & np.isfinite(r)
         best[take] = r[take]
         level_used[take] = rank
     cols["xfer_est"] = phys0 + cols["xfer_r"]
     cols["xfer_g_est"] = phys0 + cols["xfer_g_r"]
+    cols["xfer_p_est"] = phys0 + cols["xfer_p_r"]
     cols["has_family_history"] = np.isfinite(cols["fam_n"]).astype(np.float64)
     cols["hist_level"] = level_used
     cols["hist_est"] = phys0 + best

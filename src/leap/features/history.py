@@ -10,7 +10,7 @@ day. Nothing at or after ``as_of`` is ever read.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from leap.catalog import Catalog
 from leap.errors import ArtifactError
 from leap.features.columns import SMALL, Columns, key_texts
+from leap.features.pairs import PairModel
 from leap.features.physics import estimates
 from leap.features.transfer import TransferIndex
 
@@ -136,10 +137,12 @@ class Snapshot:
     """
 
     def __init__(self, as_of: datetime, lookback_days: int,
-                 tables: dict[str, pd.DataFrame]) -> None:
+                 tables: dict[str, pd.DataFrame], pairs: PairModel | None = None) -> None:
         self.as_of = as_of
         self.lookback_days = lookback_days
         self.tables = tables
+        #: The night's pair model (:mod:`leap.features.pairs`); ``None`` without one.
+        self.pairs = pairs
         self._transfer: TransferIndex | None = None
         self._index: dict[str, tuple[pd.Index, np.ndarray]] = {}
         self._small: dict[str, dict[tuple[str, ...], int]] = {}
@@ -186,7 +189,8 @@ class Snapshot:
     def transfer(self) -> TransferIndex:
         """Cross-type transfer of each family's level (built on first use)."""
         if self._transfer is None:
-            self._transfer = TransferIndex(self.tables["fam_hw"], self.tables[TRANSFER])
+            self._transfer = TransferIndex(self.tables["fam_hw"], self.tables[TRANSFER],
+                                           self.pairs)
         return self._transfer
 
     def n_keys(self) -> dict[str, int]:
@@ -204,6 +208,8 @@ class Snapshot:
         meta.write_text(json.dumps({"as_of": self.as_of.isoformat(),
                                     "lookback_days": self.lookback_days}))
         written.append(meta)
+        if self.pairs is not None:
+            written += self.pairs.save(directory)
         return written
 
     @classmethod
@@ -220,7 +226,8 @@ class Snapshot:
             if missing:
                 raise ArtifactError(f"history snapshot table '{name}' in {directory} lacks "
                                     f"columns {sorted(missing)}; retrain with this leap version")
-        return cls(datetime.fromisoformat(meta["as_of"]), int(meta["lookback_days"]), tables)
+        return cls(datetime.fromisoformat(meta["as_of"]), int(meta["lookback_days"]), tables,
+                   PairModel.load(directory))
 
 
 class HistoryBuilder:
@@ -232,8 +239,11 @@ class HistoryBuilder:
     >>> # snap = builder.snapshot(datetime(2026, 1, 31, tzinfo=UTC))
     """
 
-    def __init__(self, history: pd.DataFrame, *, lookback_days: int = 30) -> None:
+    def __init__(self, history: pd.DataFrame, *, lookback_days: int = 30,
+                 pairs: Callable[[datetime], PairModel | None] | None = None) -> None:
         self.lookback_days = lookback_days
+        # The pair model as of a time (a :class:`~leap.features.pairs.PairSchedule`).
+        self.pairs = pairs
         self._con = duckdb.connect()
         # One thread: DuckDB's parallel stddev_samp sums in a scheduling-dependent order, so
         # with 2 threads the *_sd_* features differ in the last bits from run to run, and the
@@ -276,7 +286,8 @@ class HistoryBuilder:
             source = "hist_masked"
         tables = {lv.name: self._level(lv, start, as_of, source) for lv in LEVELS}
         tables[TRANSFER] = self._transfer_table(start, as_of, source)
-        return Snapshot(as_of, self.lookback_days, tables)
+        return Snapshot(as_of, self.lookback_days, tables,
+                        self.pairs(as_of) if self.pairs is not None else None)
 
     def _encode_labels(self, col: str, values: pd.Series) -> np.ndarray:
         """Integer codes of ``values`` in column ``col`` (NaN where history never saw one)."""

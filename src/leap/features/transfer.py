@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import SMALL
+from leap.features.columns import SMALL, Columns
+from leap.features.pairs import PairModel
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0
@@ -42,7 +43,7 @@ TRANSFER_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("all", ("precision",)), ("cat", ("model_category", "precision")), ("mt", ("model_type",)))
 #: Names of the arrays :meth:`TransferIndex.features` returns, in feature order.
 TRANSFER_FEATURES = ("xfer_r", "xfer_n_types", "xfer_pair_n", "xfer_sd", "xfer_dist",
-                     "xfer_gamma", "xfer_d_r", "xfer_g_r")
+                     "xfer_gamma", "xfer_d_r", "xfer_g_r", "xfer_p_r", "xfer_p_sd")
 #: Model-type families-worth of pair evidence at which the pair differences and the gain share
 #: weigh alike in ``xfer_r``.
 BLEND_FAMILIES = 5.0
@@ -51,7 +52,9 @@ BLEND_FAMILIES = 5.0
 class TransferIndex:
     """Dense arrays of one snapshot: family x type levels and the type x type differences."""
 
-    def __init__(self, fam_hw: pd.DataFrame, transfer: pd.DataFrame) -> None:
+    def __init__(self, fam_hw: pd.DataFrame, transfer: pd.DataFrame,
+                 pairs: PairModel | None = None) -> None:
+        self.pairs = pairs
         hw = sorted(set(fam_hw["hardware"].astype(str)) | set(transfer["hw_a"].astype(str))
                     | set(transfer["hw_b"].astype(str)))
         self.hardware = hw
@@ -121,7 +124,8 @@ class TransferIndex:
         return self._specs[1]
 
     def features(self, keys: Mapping[str, np.ndarray], hardware: np.ndarray,
-                 catalog: Catalog, log_phys: np.ndarray) -> dict[str, np.ndarray]:
+                 catalog: Catalog, log_phys: np.ndarray,
+                 jobs: Columns | None = None) -> dict[str, np.ndarray]:
         """Transfer features of each row (family, model type, category, target type).
 
         ``keys`` holds text arrays of ``family_id`` and of every :data:`TRANSFER_LEVELS` key
@@ -134,6 +138,9 @@ class TransferIndex:
         - ``xfer_r``: the two blended, the pair differences weighing ``n / (n +
           BLEND_FAMILIES)`` with ``n = xfer_pair_n`` (on a sample of the default fleet the
           blend beat either alone);
+        - ``xfer_p_r``: the family's residual on each of its types carried here by the pair
+          model at this job's own shape (:mod:`leap.features.pairs`; needs ``jobs``, the
+          rows' job columns), averaged over those types; ``xfer_p_sd``: their spread;
         - ``xfer_n_types``: types the family ran on besides this one; ``xfer_pair_n``:
           families behind the model-type differences used; ``xfer_sd``: spread of the
           per-type estimates; ``xfer_dist``: spec distance to the nearest type it ran on.
@@ -206,4 +213,24 @@ class TransferIndex:
         out["xfer_pair_n"][rows] = pair_n
         out["xfer_sd"][rows] = np.sqrt(var)
         out["xfer_dist"][rows] = np.where(has, np.where(seen, dist, np.inf).min(axis=1), np.nan)
+        if self.pairs is not None and jobs is not None:
+            self._pair_features(out, rows, seen, level, jobs, hardware, catalog)
         return out
+
+    def _pair_features(self, out: dict[str, np.ndarray], rows: np.ndarray, seen: np.ndarray,
+                       level: np.ndarray, jobs: Columns, hardware: np.ndarray,
+                       catalog: Catalog) -> None:
+        """``xfer_p_r`` and ``xfer_p_sd``: one pair-model estimate per (row, observed type)."""
+        assert self.pairs is not None
+        r, a = np.nonzero(seen)
+        if len(r) == 0:
+            return
+        names = np.asarray(self.hardware, dtype=object)
+        on = jobs.take(rows[r])
+        est = level[r, a] + self.pairs.predict(on, names[a], hardware[rows[r]], catalog)
+        n = np.bincount(r, minlength=len(rows)).astype(np.float64)
+        mean = np.bincount(r, weights=est, minlength=len(rows)) / np.maximum(n, 1.0)
+        var = np.bincount(r, weights=(est - mean[r]) ** 2, minlength=len(rows)) / np.maximum(n, 1.0)
+        has = n > 0
+        out["xfer_p_r"][rows[has]] = mean[has]
+        out["xfer_p_sd"][rows[has]] = np.sqrt(var[has])

@@ -31,6 +31,7 @@ from leap.features.encode import (
     novelty,
 )
 from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
+from leap.features.pairs import PairModel, PairParams, PairSchedule, refit_day
 from leap.features.transfer import TRANSFER_FEATURES
 from leap.model.artifact import Artifact, Registry, write_artifact
 from leap.model.cascade import CascadeModel, GBMParams, GlobalModel, Model, NoveltySplitModel
@@ -40,7 +41,8 @@ Progress = Callable[[str, int, int], None]
 
 #: History features (and the estimate built from them): what the no-history ablation drops.
 HISTORY_FEATURES = frozenset([s for lv in LEVELS for s in lv.stats] + list(TRANSFER_FEATURES)
-                             + ["xfer_est", "has_family_history", "hist_level", "hist_est"])
+                             + ["xfer_est", "xfer_g_est", "xfer_p_est", "has_family_history",
+                                "hist_level", "hist_est"])
 #: Folds of (family, type) pairs masked in turn on the held-out day (evaluation only).
 EVAL_MASK_FOLDS = 4
 
@@ -57,6 +59,9 @@ class TrainConfig:
     second row encoded with that pair's own history removed (see
     :func:`masked_rows`), so the trees learn to transfer to types a family never ran on.
     ``interval_coverage`` is the nominal coverage of the prediction intervals.
+    ``pair_model`` carries a family's level to types it never ran on with the pair models
+    (:mod:`leap.features.pairs`, refit weekly on the two weeks before); off, with the
+    transfer tables alone (the ablation).
     """
 
     window_days: int = 30
@@ -69,6 +74,7 @@ class TrainConfig:
     quality_margin: float = 0.02
     mask_share: float = 0.3
     interval_coverage: float = 0.8
+    pair_model: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -175,13 +181,16 @@ class EncodeCache:
 
     A day's encoded rows depend only on the attempts before that day and on the feature spec
     (``blocks``, keyed by day and spec); a day's prepared history rows depend only on that
-    day's attempts and the catalog (``history``, keyed by day and catalog). Each entry also
-    records its row count, so a day that gained rows is rebuilt.
+    day's attempts and the catalog (``history``, keyed by day and catalog); a pair model
+    depends only on the attempts before its refit day (``pairs``, see
+    :class:`~leap.features.pairs.PairSchedule`). Each entry also records its row count, so
+    a day that gained rows is rebuilt.
     """
 
     blocks: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     history: dict[tuple[str, str], tuple[int, pd.DataFrame]] = field(default_factory=dict)
     masked: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    pairs: dict[tuple[str, int, str], PairModel | None] = field(default_factory=dict)
 
     def prune(self, as_of: datetime, cfg: TrainConfig) -> None:
         """Forget what no window ending at or after ``as_of`` can use."""
@@ -193,6 +202,9 @@ class EncodeCache:
             del self.masked[k]
         for h in [h for h in self.history if h[0] < lookback]:
             del self.history[h]
+        oldest_refit = refit_day(as_of - timedelta(days=cfg.window_days)).date().isoformat()
+        for p in [p for p in self.pairs if p[0] < oldest_refit]:
+            del self.pairs[p]
 
 
 def _prepared_history(past: pd.DataFrame, catalog: Catalog,
@@ -261,9 +273,12 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
     window_start = as_of - timedelta(days=cfg.window_days)
     t0 = time.perf_counter()
     past = attempts[attempts["submitted_at"] < as_of]
-    builder = HistoryBuilder(_prepared_history(past, catalog, cache),
-                             lookback_days=cfg.lookback_days)
+    prepared = _prepared_history(past, catalog, cache)
     timings["history_prepare_s"] = time.perf_counter() - t0
+    pairs = PairSchedule(succeeded_attempts(past, catalog), catalog, PairParams(seed=cfg.seed),
+                         cache.pairs if cache is not None else None) \
+        if cfg.pair_model and cfg.use_history else None
+    builder = HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
 
     train_rows = succeeded_attempts(attempts[(attempts["submitted_at"] >= window_start)
                                      & (attempts["submitted_at"] < as_of)], catalog)
@@ -284,7 +299,8 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
     days: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     snap_s = enc_s = 0.0
-    spec_key = hashlib.sha256(full.to_json().encode()).hexdigest()[:16]
+    spec_key = hashlib.sha256((full.to_json() + f"pairs={cfg.pair_model}").encode()
+                              ).hexdigest()[:16]
     mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
     for d in range(cfg.window_days):
         sel = np.flatnonzero(day_arr == d)

@@ -1,0 +1,316 @@
+"""The pair model: how one job's throughput on type B compares with its throughput on type A.
+
+That ratio depends on the job's shape as much as on the two spec sheets: a compute-bound job
+gets a faster device's FLOP/s, a memory-bound one its bandwidth, a small batch per device
+leaves a big device idle, an input-bound job gets nothing. A table of per-model-type medians
+(:mod:`leap.features.transfer`) cannot see the shape; a small LightGBM regressor can. It is
+trained on the window's configurations that ran on two types: groups of one family, one shape
+(trainers, devices per trainer, batch, precision, parallel layout) and one type, median log
+throughput each, paired within the group. Its target is ``r(B) - r(A)``, the log ratio
+beyond the physics estimate's ratio, so with no evidence it falls back to physics; its
+features are the job's shape, its physics estimates on both types and their spec ratios,
+never the type names, so a type it never saw in a pair is read through its specs.
+
+Cross-fitting: families fall in :data:`FOLDS` halves by a hash of their id, each half's rows
+are predicted by the booster trained on the other half only, in training and in serving
+alike. A row therefore never sees a ratio learned from its own family: a training row whose
+(family, type) history is masked cannot read that pair back through the pair model.
+
+Point in time: pair models are refit every :data:`REFIT_DAYS` days (days aligned to the
+epoch), each on the :data:`PAIR_DAYS` days before its refit day. A snapshot as of ``t``
+reads the model of the last refit day at or before ``t`` (:class:`PairSchedule`), so a
+training row, like a served job, only reads ratios learned before its own day, and
+consecutive nights share their models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from leap.catalog import Catalog
+from leap.data.schema import PRECISIONS
+from leap.errors import ArtifactError
+from leap.features.columns import Columns
+from leap.features.physics import estimates, hardware_specs, peak_flops
+
+#: Family halves for cross-fitting.
+FOLDS = 2
+#: Columns that make one configuration of a family (with ``hardware``, one group).
+CONFIG_COLUMNS = ("family_id", "trainer_count", "devices_per_trainer", "batch_size", "precision",
+                  "tensor_parallel", "pipeline_parallel")
+#: Job columns the pair features read (launch-time, all optional but ``family_id``).
+JOB_FEATURE_COLUMNS = (*CONFIG_COLUMNS, "model_category", "num_params", "flops_per_sample",
+                       "embedding_params", "hidden_dim", "seq_len", "num_layers")
+_PHYS_DIFF = ("log_phys_sps", "log_compute_sps", "log_weight_stream_sps")
+_PHYS_BOTH = ("comm_to_compute", "mem_fit", "log_compute_sps", "log_weight_stream_sps")
+_SPECS = ("mem_bw_gb_per_s", "intra_node_bw_gb_per_s", "inter_node_bw_gbit_per_s", "memory_gb",
+          "devices_per_host")
+_LOG_JOB = ("trainer_count", "batch_size", "num_params", "flops_per_sample", "embedding_params",
+            "hidden_dim", "seq_len")
+_RAW_JOB = ("devices_per_trainer", "tensor_parallel", "pipeline_parallel", "num_layers")
+CATEGORICAL = ("vendor_a", "vendor_b", "precision", "model_category")
+PAIR_FEATURES: tuple[str, ...] = (
+    *(f"d_{k}" for k in _PHYS_DIFF), *(f"{s}_{k}" for k in _PHYS_BOTH for s in ("a", "b")),
+    "d_peak", "a_peak", *(f"{s}_{k}" for k in _SPECS for s in ("d", "a")),
+    *(f"log_{c}" for c in _LOG_JOB), *_RAW_JOB, "log_batch_per_device", *CATEGORICAL)
+#: Configurations paired per fit at most (a seeded sample beyond it keeps the fit short).
+MAX_PAIRS = 200_000
+#: Days between refits of the pair model (see the module docstring).
+REFIT_DAYS = 7
+#: Days of history before its refit day that a pair model learns from.
+PAIR_DAYS = 14
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class PairParams:
+    """LightGBM settings of the pair boosters (set once, not tuned: a correction to the
+    physics ratio needs few, shallow-ish trees; see the closing notes of issue 10)."""
+
+    rounds: int = 200
+    num_leaves: int = 63
+    learning_rate: float = 0.1
+    min_data_in_leaf: int = 20
+    max_bin: int = 63
+    num_threads: int = 2
+    seed: int = 0
+
+    def lgb_params(self) -> dict[str, object]:
+        # Huber: a pair of two noisy medians is sometimes far off; the loss caps its pull.
+        return {"objective": "huber", "alpha": 0.3, "num_leaves": self.num_leaves,
+                "learning_rate": self.learning_rate, "min_data_in_leaf": self.min_data_in_leaf,
+                "feature_fraction": 0.9, "max_bin": self.max_bin,
+                "num_threads": self.num_threads, "seed": self.seed, "deterministic": True,
+                "force_row_wise": True, "verbosity": -1}
+
+
+def family_fold(family_id: np.ndarray) -> np.ndarray:
+    """Cross-fitting half (0 or 1) of each family id: a hash, stable across runs and machines."""
+    return np.fromiter((zlib.crc32(str(f).encode()) % FOLDS for f in family_id),
+                       dtype=np.int64, count=len(family_id))
+
+
+def _phys_r(jobs: Columns, catalog: Catalog) -> dict[str, np.ndarray]:
+    est = estimates(jobs, catalog)
+    est["log_phys_sps"] = np.nan_to_num(est["log_phys_sps"], nan=0.0)  # as history's ``r``
+    return est
+
+
+def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Catalog,
+                vocab: dict[str, list[str]]) -> np.ndarray:
+    """Features (:data:`PAIR_FEATURES`) of each job moving from ``hw_a`` to ``hw_b``."""
+    on_a, on_b = jobs.with_hardware(hw_a), jobs.with_hardware(hw_b)
+    pa_, pb = _phys_r(on_a, catalog), _phys_r(on_b, catalog)
+    sa, sb = hardware_specs(catalog, on_a.obj("hardware")), hardware_specs(catalog,
+                                                                           on_b.obj("hardware"))
+    precision = jobs.obj("precision")
+    f: dict[str, np.ndarray] = {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in _PHYS_DIFF:
+            f[f"d_{k}"] = pb[k] - pa_[k]
+        for k in _PHYS_BOTH:
+            f[f"a_{k}"], f[f"b_{k}"] = pa_[k], pb[k]
+        ka, kb = np.log(peak_flops(precision, sa)), np.log(peak_flops(precision, sb))
+        f["d_peak"], f["a_peak"] = kb - ka, ka
+        for k in _SPECS:
+            f[f"d_{k}"], f[f"a_{k}"] = np.log(sb[k]) - np.log(sa[k]), np.log(sa[k])
+        for c in _LOG_JOB:
+            f[f"log_{c}"] = np.log(jobs.num(c))
+        for c in _RAW_JOB:
+            f[c] = jobs.num(c)
+        f["log_batch_per_device"] = np.log(jobs.num("batch_size")) - np.log(
+            np.maximum(np.nan_to_num(jobs.num("devices_per_trainer"), nan=1.0), 1.0))
+    vendor = {name: catalog[name].vendor for name in set(hw_a) | set(hw_b) if name in catalog}
+    f["vendor_a"] = _codes([vendor.get(h) for h in hw_a], vocab["vendor"])
+    f["vendor_b"] = _codes([vendor.get(h) for h in hw_b], vocab["vendor"])
+    f["precision"] = _codes(precision, vocab["precision"])
+    f["model_category"] = _codes(jobs.obj("model_category"), vocab["model_category"])
+    X = np.column_stack([f[name] for name in PAIR_FEATURES])
+    return np.where(np.isfinite(X), X, np.nan)
+
+
+def _codes(values: object, vocab: list[str]) -> np.ndarray:
+    pos = {v: float(i) for i, v in enumerate(vocab)}
+    return np.array([pos.get(v, np.nan) if isinstance(v, str) else np.nan
+                     for v in values], dtype=np.float64)  # type: ignore[attr-defined]
+
+
+def pair_training_rows(attempts: pd.DataFrame, catalog: Catalog, *, max_pairs: int = MAX_PAIRS,
+                       seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+    """``(jobs, hw_a, hw_b, r(B) - r(A) and weight)`` of every configuration run on two types.
+
+    ``attempts`` are succeeded attempts with a positive ``throughput``. Each (configuration,
+    type) group is its median log throughput; weights are the square root of the smaller
+    group's attempt count. Returns the job columns of each pair (one row per ordered pair),
+    the two type arrays, and a ``(n, 2)`` array of target and weight.
+    """
+    ok = attempts[attempts["hardware"].isin(list(catalog))]
+    cols = [c for c in JOB_FEATURE_COLUMNS if c in ok.columns]
+    frame = ok[[*cols, "hardware"]].copy()
+    frame["y"] = np.log(ok["throughput"].to_numpy(dtype=np.float64))
+    keys = [c for c in CONFIG_COLUMNS if c in frame.columns]
+    others = {c: (c, "first") for c in cols if c not in keys}
+    groups = frame.groupby([*keys, "hardware"], dropna=False, sort=True).agg(
+        y=("y", "median"), n=("y", "size"), **others).reset_index()
+    pairs = groups.merge(groups[[*keys, "hardware", "y", "n"]], on=keys, suffixes=("_a", "_b"))
+    pairs = pairs[pairs["hardware_a"] != pairs["hardware_b"]].reset_index(drop=True)
+    if len(pairs) > max_pairs:
+        keep = np.sort(np.random.default_rng(seed).choice(len(pairs), max_pairs, replace=False))
+        pairs = pairs.iloc[keep].reset_index(drop=True)
+    jobs = pairs[[c for c in cols if c in pairs.columns]]
+    hw_a = pairs["hardware_a"].to_numpy(dtype=object)
+    hw_b = pairs["hardware_b"].to_numpy(dtype=object)
+    cj = Columns.from_frame(jobs)
+    phys_a = _phys_r(cj.with_hardware(hw_a), catalog)["log_phys_sps"]
+    phys_b = _phys_r(cj.with_hardware(hw_b), catalog)["log_phys_sps"]
+    target = (pairs["y_b"] - pairs["y_a"]).to_numpy() - (phys_b - phys_a)
+    weight = np.sqrt(np.minimum(pairs["n_a"], pairs["n_b"]).to_numpy(dtype=np.float64))
+    return jobs, hw_a, hw_b, np.column_stack([target, weight])
+
+
+class PairModel:
+    """One booster per family half, each trained on the other halves; :meth:`predict` gives
+    ``r(B) - r(A)`` per row.
+
+    Examples
+    --------
+    >>> PairModel.fit(pd.DataFrame(columns=["family_id", "hardware", "throughput"]),
+    ...               Catalog.default()) is None
+    True
+    """
+
+    def __init__(self, boosters: list[lgb.Booster], vocab: dict[str, list[str]]) -> None:
+        if len(boosters) != FOLDS:
+            raise ArtifactError(f"the pair model needs {FOLDS} boosters, got {len(boosters)}")
+        self.boosters = boosters
+        self.vocab = vocab
+        self._texts: list[str] | None = None
+
+    @classmethod
+    def fit(cls, attempts: pd.DataFrame, catalog: Catalog,
+            params: PairParams | None = None) -> PairModel | None:
+        """Train on ``attempts`` (succeeded, positive throughput); ``None`` when a half of
+        the families has fewer than 50 pairs to learn from (the transfer tables alone serve).
+        """
+        p = params or PairParams()
+        if attempts.empty:
+            return None
+        jobs, hw_a, hw_b, tw = pair_training_rows(attempts, catalog, seed=p.seed)
+        ok = np.isfinite(tw[:, 0])
+        vocab = {"vendor": sorted({catalog[n].vendor for n in catalog}),
+                 "precision": list(PRECISIONS),
+                 "model_category": sorted({str(c) for c in jobs.get("model_category", [])
+                                           if isinstance(c, str)})}
+        X = pair_matrix(Columns.from_frame(jobs), hw_a, hw_b, catalog, vocab)
+        fold = family_fold(jobs["family_id"].to_numpy()) if len(jobs) else np.empty(0, np.int64)
+        boosters = []
+        for k in range(FOLDS):
+            train = ok & (fold != k)
+            if train.sum() < 50:
+                return None
+            data = lgb.Dataset(X[train], label=tw[train, 0], weight=tw[train, 1],
+                               feature_name=list(PAIR_FEATURES),
+                               categorical_feature=list(CATEGORICAL),
+                               params={"max_bin": p.max_bin, "verbosity": -1})
+            boosters.append(lgb.train(p.lgb_params(), data, num_boost_round=p.rounds))
+        return cls(boosters, vocab)
+
+    def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray,
+                catalog: Catalog) -> np.ndarray:
+        """``r(B) - r(A)`` of each job from ``hw_a`` to ``hw_b``, by the booster of the other
+        half of the families (see the module docstring)."""
+        out = np.zeros(len(jobs))
+        if len(jobs) == 0:
+            return out
+        X = pair_matrix(jobs, hw_a, hw_b, catalog, self.vocab)
+        fold = family_fold(jobs.obj("family_id"))
+        for k in range(FOLDS):
+            rows = np.flatnonzero(fold == k)
+            if len(rows):
+                # Booster k was trained on every half but k.
+                out[rows] = self.boosters[k].predict(X[rows], num_threads=1)
+        return out
+
+    # Persistence (inside the snapshot of a model artifact) ----------------------------
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            self._texts = [b.model_to_string() for b in self.boosters]
+        return self._texts
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(json.dumps(self.vocab, sort_keys=True).encode())
+        for t in self.texts():
+            h.update(t.encode())
+        return h.hexdigest()[:16]
+
+    def save(self, directory: Path) -> list[Path]:
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for k, text in enumerate(self.texts()):
+            path = directory / f"pairs_{k}.txt"
+            path.write_text(text)
+            paths.append(path)
+        meta = directory / "pairs.json"
+        meta.write_text(json.dumps({"features": list(PAIR_FEATURES), "vocab": self.vocab}))
+        return [*paths, meta]
+
+    @classmethod
+    def load(cls, directory: Path) -> PairModel | None:
+        """The pair model saved in ``directory``, or ``None`` when it holds none."""
+        meta = directory / "pairs.json"
+        if not meta.exists():
+            return None
+        try:
+            info = json.loads(meta.read_text())
+            if tuple(info["features"]) != PAIR_FEATURES:
+                raise ArtifactError(f"the pair model in {directory} was trained on other "
+                                    "features; retrain with this leap version")
+            boosters = [lgb.Booster(model_str=(directory / f"pairs_{k}.txt").read_text())
+                        for k in range(FOLDS)]
+            return cls(boosters, {k: list(v) for k, v in info["vocab"].items()})
+        except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as exc:
+            raise ArtifactError(f"the pair model in {directory} is unreadable: {exc}") from None
+
+
+def refit_day(t: datetime) -> datetime:
+    """The last pair-model refit day at or before ``t`` (UTC midnight, every
+    :data:`REFIT_DAYS` days since the epoch)."""
+    days = (t.astimezone(UTC) - _EPOCH) // timedelta(days=1)
+    return _EPOCH + timedelta(days=days - days % REFIT_DAYS)
+
+
+class PairSchedule:
+    """The pair model as of any time: the one fit on the :data:`PAIR_DAYS` days of
+    ``attempts`` before the last refit day (:func:`refit_day`); ``None`` where too few.
+
+    ``attempts`` are succeeded attempts with positive throughput. ``cache`` (shared by
+    consecutive nights) maps ``(refit day, rows, params)`` to a fitted model.
+    """
+
+    def __init__(self, attempts: pd.DataFrame, catalog: Catalog, params: PairParams | None = None,
+                 cache: MutableMapping[tuple[str, int, str], PairModel | None] | None = None
+                 ) -> None:
+        self.attempts = attempts
+        self.catalog = catalog
+        self.params = params or PairParams()
+        self.cache: MutableMapping[tuple[str, int, str], PairModel | None] = \
+            cache if cache is not None else {}
+        self._at = pd.DatetimeIndex(pd.to_datetime(attempts["submitted_at"], utc=True))
+
+    def __call__(self, as_of: datetime) -> PairModel | None:
+        day = refit_day(as_of)
+        rows = np.flatnonzero((self._at >= day - timedelta(days=PAIR_DAYS)) & (self._at < day))
+        key = (day.date().isoformat(), len(rows), repr(self.params))
+        if key not in self.cache:
+            self.cache[key] = PairModel.fit(self.attempts.iloc[rows], self.catalog, self.params)
+        return self.cache[key]

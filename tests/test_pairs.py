@@ -1,0 +1,218 @@
+"""The pair model: shape-aware ratios between types, cross-fitted so no family reads itself."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from leap.catalog import Catalog
+from leap.errors import ArtifactError
+from leap.features.columns import Columns
+from leap.features.encode import FEATURE_NAMES, FeatureSpec, encode
+from leap.features.history import HistoryBuilder, Snapshot, prepare_history
+from leap.features.pairs import (
+    FOLDS,
+    PAIR_DAYS,
+    REFIT_DAYS,
+    PairModel,
+    PairParams,
+    PairSchedule,
+    family_fold,
+    pair_training_rows,
+    refit_day,
+)
+
+CAT = Catalog.default()
+TYPES = ("A100-SXM4-80GB", "H100-SXM", "L4")
+AS_OF = datetime(2026, 1, 20, tzinfo=UTC)
+FAST = PairParams(rounds=150, num_leaves=7, min_data_in_leaf=5)
+
+
+def _ratio(hw: str, batch: np.ndarray) -> np.ndarray:
+    """A hidden log effect of each type that depends on the job's batch (what a table keyed by
+    model type alone cannot learn)."""
+    big = batch >= 64
+    return {"A100-SXM4-80GB": np.zeros(len(batch)),
+            "H100-SXM": np.where(big, 0.6, -0.2),
+            "L4": np.where(big, -0.5, 0.1)}[hw]
+
+
+def _attempts(n_families: int = 80, seed: int = 0) -> pd.DataFrame:
+    """Families each running two configurations on every type, a few attempts each."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for f in range(n_families):
+        level = rng.normal(0.0, 0.3)
+        for batch in (16 * (1 + f % 3), 64 * (1 + f % 4)):
+            for hw in TYPES:
+                for k in range(3):
+                    rows.append({
+                        "attempt_id": f"a{f}-{batch}-{hw}-{k}", "family_id": f"fam-{f:04d}",
+                        "model_type": f"m{f % 5}", "model_category": "vision",
+                        "precision": "bf16", "trainer_count": 1, "devices_per_trainer": 8,
+                        "batch_size": batch, "num_params": 1e8, "flops_per_sample": 5e11,
+                        "hardware": hw, "status": "succeeded",
+                        "submitted_at": AS_OF - timedelta(hours=1 + (f * 7 + k) % 200),
+                        "log_eff": level})
+    frame = pd.DataFrame(rows)
+    base = np.exp(5.0 + frame["log_eff"] + rng.normal(0, 0.02, len(frame)))
+    effect = np.zeros(len(frame))
+    for hw in TYPES:
+        m = (frame["hardware"] == hw).to_numpy()
+        effect[m] = _ratio(hw, frame["batch_size"].to_numpy()[m])
+    frame["throughput"] = base * np.exp(effect)
+    return frame.drop(columns="log_eff")
+
+
+def _predict(pm: PairModel, family: str, batch: int, a: str, b: str) -> float:
+    job = Columns.from_request({"family_id": family, "model_category": "vision",
+                                "precision": "bf16", "trainer_count": 1,
+                                "devices_per_trainer": 8, "batch_size": batch,
+                                "num_params": 1e8, "flops_per_sample": 5e11}, [b])
+    return float(pm.predict(job, np.array([a], dtype=object), np.array([b], dtype=object),
+                            CAT)[0])
+
+
+def _physics_gap(batch: int, a: str, b: str) -> float:
+    """log_phys(B) - log_phys(A) of a job: the part the pair model does not predict."""
+    from leap.features.physics import estimates
+    frame = pd.DataFrame({"hardware": [a, b], "trainer_count": [1, 1],
+                          "devices_per_trainer": [8, 8], "batch_size": [batch, batch],
+                          "num_params": [1e8, 1e8], "flops_per_sample": [5e11, 5e11],
+                          "precision": ["bf16", "bf16"]})
+    phys = estimates(frame, CAT)["log_phys_sps"]
+    return float(phys[1] - phys[0])
+
+
+@pytest.fixture(scope="module")
+def attempts() -> pd.DataFrame:
+    return _attempts()
+
+
+@pytest.fixture(scope="module")
+def model(attempts: pd.DataFrame) -> PairModel:
+    pm = PairModel.fit(attempts, CAT, FAST)
+    assert pm is not None
+    return pm
+
+
+def test_pair_rows_are_within_one_configuration(attempts: pd.DataFrame) -> None:
+    jobs, hw_a, hw_b, tw = pair_training_rows(attempts, CAT)
+    # 80 families x 2 configurations x 3 types x 2 others, each ordered pair once.
+    assert len(jobs) == 80 * 2 * 3 * 2
+    assert (hw_a != hw_b).all()
+    assert np.allclose(tw[:, 1], np.sqrt(3.0))
+    one = (jobs["family_id"] == "fam-0000").to_numpy() & (hw_a == "A100-SXM4-80GB") \
+        & (hw_b == "H100-SXM") & (jobs["batch_size"] == 64).to_numpy()
+    expect = 0.6 - _physics_gap(64, "A100-SXM4-80GB", "H100-SXM")
+    assert tw[one, 0] == pytest.approx([expect], abs=0.06)
+
+
+def test_pair_model_learns_a_ratio_that_depends_on_the_shape(model: PairModel) -> None:
+    a, b = "A100-SXM4-80GB", "H100-SXM"
+    big = _predict(model, "fam-9999", 128, a, b) + _physics_gap(128, a, b)
+    small = _predict(model, "fam-9999", 16, a, b) + _physics_gap(16, a, b)
+    assert big == pytest.approx(0.6, abs=0.15)
+    assert small == pytest.approx(-0.2, abs=0.15)
+    back = _predict(model, "fam-9999", 128, b, a) + _physics_gap(128, b, a)
+    assert back == pytest.approx(-0.6, abs=0.15)
+
+
+def test_a_family_never_reads_a_ratio_learned_from_itself(attempts: pd.DataFrame,
+                                                          model: PairModel) -> None:
+    """Poison one family's outcomes on one type: its own predictions do not move (its
+    half's booster never saw it), while another half's family does (the test has teeth)."""
+    fams = attempts["family_id"].unique()
+    folds = family_fold(fams)
+    target = fams[folds == 0][0]
+    other = fams[folds == 1][0]
+    poisoned = attempts.copy()
+    hit = (poisoned["family_id"] == target) & (poisoned["hardware"] == "H100-SXM")
+    poisoned.loc[hit, "throughput"] *= 50.0
+    pm = PairModel.fit(poisoned, CAT, FAST)
+    assert pm is not None
+    for fam, same in ((target, True), (other, False)):
+        before = _predict(model, fam, 128, "A100-SXM4-80GB", "H100-SXM")
+        after = _predict(pm, fam, 128, "A100-SXM4-80GB", "H100-SXM")
+        assert (before == after) is same, (fam, before, after)
+
+
+def test_masked_rows_with_a_pair_model_cannot_see_their_own_pair(attempts: pd.DataFrame
+                                                                 ) -> None:
+    """A family's row encoded without its (family, type) history, against a pair model fit on
+    the same window, is unchanged when every outcome of that pair is poisoned."""
+    fam, hw = "fam-0003", "H100-SXM"
+    rows = attempts[(attempts["family_id"] == fam) & (attempts["hardware"] == hw)].head(2)
+    exclude = pd.DataFrame({"family_id": [fam], "hardware": [hw]})
+    spec = FeatureSpec(names=FEATURE_NAMES, vocab=FeatureSpec.fit(attempts, CAT).vocab)
+
+    def encoded(frame: pd.DataFrame) -> np.ndarray:
+        fitted = PairModel.fit(frame, CAT, FAST)
+        builder = HistoryBuilder(prepare_history(frame, CAT), lookback_days=30,
+                                 pairs=lambda _: fitted)
+        try:
+            return encode(rows, builder.snapshot(AS_OF, exclude=exclude), CAT, spec)
+        finally:
+            builder.close()
+
+    poisoned = attempts.copy()
+    hit = (poisoned["family_id"] == fam) & (poisoned["hardware"] == hw)
+    poisoned.loc[hit, "throughput"] *= 50.0
+    clean, dirty = encoded(attempts), encoded(poisoned)
+    p = FEATURE_NAMES.index("xfer_p_r")
+    assert np.isfinite(clean[:, p]).all()
+    np.testing.assert_array_equal(clean, dirty)
+
+
+def test_pair_model_round_trips_through_a_snapshot(tmp_path: Path, attempts: pd.DataFrame,
+                                                   model: PairModel) -> None:
+    builder = HistoryBuilder(prepare_history(attempts, CAT), lookback_days=30,
+                             pairs=lambda _: model)
+    snap = builder.snapshot(AS_OF)
+    builder.close()
+    snap.save(tmp_path / "snap")
+    back = Snapshot.load(tmp_path / "snap")
+    assert back.pairs is not None and back.pairs.fingerprint() == model.fingerprint()
+    jobs = attempts.head(6)
+    spec = FeatureSpec(names=FEATURE_NAMES, vocab=FeatureSpec.fit(attempts, CAT).vocab)
+    np.testing.assert_array_equal(encode(jobs, snap, CAT, spec), encode(jobs, back, CAT, spec))
+    (tmp_path / "snap" / "pairs_1.txt").write_text("not a model")
+    with pytest.raises(ArtifactError, match="pair model"):
+        Snapshot.load(tmp_path / "snap")
+
+
+def test_too_few_pairs_train_no_pair_model(attempts: pd.DataFrame) -> None:
+    one_type = attempts[attempts["hardware"] == "L4"]
+    assert PairModel.fit(one_type, CAT, FAST) is None
+    assert len(family_fold(np.array(["a", "b", "c"]))) == 3
+    assert set(family_fold(attempts["family_id"].unique())) == set(range(FOLDS))
+
+
+def test_the_schedule_reads_only_the_two_weeks_before_the_last_refit_day(
+        attempts: pd.DataFrame) -> None:
+    """Poisoning attempts at or after the refit day (or older than PAIR_DAYS before it)
+    leaves the model as of any time before the next refit day unchanged."""
+    spread = attempts.copy()
+    spread["submitted_at"] = AS_OF - pd.to_timedelta(np.arange(len(spread)) % 40, unit="D") \
+        - pd.Timedelta(hours=1)
+    t = datetime(2026, 1, 15, 13, tzinfo=UTC)
+    day = refit_day(t)
+    assert day <= t < day + timedelta(days=REFIT_DAYS)
+    assert (day - datetime(1970, 1, 1, tzinfo=UTC)).days % REFIT_DAYS == 0
+    outside = (spread["submitted_at"] >= day) \
+        | (spread["submitted_at"] < day - timedelta(days=PAIR_DAYS))
+    assert outside.any() and (~outside).any()
+    poisoned = spread.copy()
+    poisoned.loc[outside, "throughput"] *= 50.0
+    a = PairSchedule(spread, CAT, FAST)(t)
+    b = PairSchedule(poisoned, CAT, FAST)(t)
+    assert a is not None and b is not None and a.fingerprint() == b.fingerprint()
+    later = PairSchedule(poisoned, CAT, FAST)(day + timedelta(days=REFIT_DAYS))
+    assert later is not None and later.fingerprint() != a.fingerprint()
+    cache: dict = {}
+    schedule = PairSchedule(spread, CAT, FAST, cache)
+    assert schedule(t) is schedule(day) and len(cache) == 1
