@@ -33,8 +33,9 @@ import pandas as pd
 
 from leap import __version__, metrics
 from leap.catalog import Catalog
+from leap.data.usage import device_hours
 from leap.errors import ConfigError, DataError, LeapError
-from leap.eval.baselines import gpu_hours, lookup_comparison
+from leap.eval.baselines import lookup_comparison
 from leap.eval.parallel import Parallel
 from leap.features.encode import FEATURE_VERSION, NOVELTY_GROUPS
 from leap.model.train import (
@@ -285,7 +286,7 @@ def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict
     jobs = wm.eval_jobs
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     pred = np.exp(wm.eval_pred_log)
-    hours = gpu_hours(jobs)
+    hours = device_hours(jobs)
     seen = family_seen(wm.artifact.snapshot, jobs)
     held = json.loads(json.dumps(held))  # a private copy
     held["seen_families"] = metrics.summary(pred[seen], actual[seen], hours[seen])

@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
+from leap.data.usage import device_hours, job_devices
 from leap.errors import DataError
-from leap.eval.baselines import job_devices
 from leap.eval.ranking import (
     availability_rankings,
     eligible_names,
@@ -99,24 +99,22 @@ def day_problem(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[
         for name, v in row.items():
             tp[j, index[name]] = v
     devices = job_devices(jobs)
-    hours = np.nan_to_num(pd.to_numeric(jobs["duration_hours"], errors="coerce")
-                          .astype("float64").to_numpy()) if "duration_hours" in jobs.columns \
-        else np.zeros(n)
+    booked = device_hours(jobs)
     rows = np.arange(n)
     tp_home = tp[rows, home]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = tp_home[:, None] / tp
     ok = np.isfinite(ratio) & (ratio > 0)
-    demand = np.where(ok, (devices * hours)[:, None] * np.where(ok, ratio, 1.0), np.inf)
+    demand = np.where(ok, booked[:, None] * np.where(ok, ratio, 1.0), np.inf)
     # Home is always allowed; an attempt that could not run at home (NaN) stays home.
-    demand[rows, home] = devices * hours
+    demand[rows, home] = booked
     demand[~np.isfinite(tp_home)] = np.inf
-    demand[rows, home] = devices * hours
+    demand[rows, home] = booked
     price = np.array([costs[nm].cost_per_device_hour for nm in names], dtype=np.float64)
     day = fleet.day_of(jobs["submitted_at"].to_numpy()[:1])[0] if n else 0
     cap = dict(zip(fleet.hardware_names, fleet.capacity_device_hours(int(day)), strict=True))
     capacity = np.array([cap.get(nm, 0.0) for nm in names])
-    used = np.bincount(home, devices * hours, minlength=t)
+    used = np.bincount(home, booked, minlength=t)
     # A hair above what history used, so that float sums replay it exactly.
     budget = np.maximum(capacity, used * (1 + 1e-9) + 1e-9)
     return DayProblem(names=tuple(names), home=home, devices=devices, demand=demand,

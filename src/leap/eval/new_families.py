@@ -34,6 +34,7 @@ import pandas as pd
 from leap import metrics
 from leap.arch import SUMMARY_COLUMNS
 from leap.catalog import Catalog
+from leap.data.usage import device_hours
 from leap.errors import ConfigError
 from leap.model.train import (
     TrainConfig,
@@ -95,10 +96,7 @@ def _block(pred: np.ndarray, jobs: pd.DataFrame) -> dict[str, float]:
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     hours = None
     if "duration_hours" in jobs.columns:
-        devices = jobs["trainer_count"].to_numpy(dtype=np.float64) * jobs.get(
-            "devices_per_trainer", pd.Series(1, index=jobs.index)).fillna(1).to_numpy(
-            dtype=np.float64)
-        hours = jobs["duration_hours"].fillna(0).to_numpy(dtype=np.float64) * devices
+        hours = device_hours(jobs)
     out = metrics.summary(pred, actual, hours)
     # The sign of the miss: MdAPE caps an under-prediction at 100% but not an over-prediction,
     # so a model that predicts ~0 can "beat" one that predicts 2x on MdAPE alone.

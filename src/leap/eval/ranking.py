@@ -41,13 +41,12 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.data.schema import JOB_COLUMNS
+from leap.data.usage import device_hours, job_devices
 from leap.errors import DataError
 from leap.eval.baselines import (
     cheapest_order,
     family_usage,
     fastest_peak_order,
-    gpu_hours,
-    job_devices,
     most_used_order,
 )
 
@@ -477,7 +476,7 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
                       for c, f in zip(cands, picked["family_id"], strict=True)],
     }
     ranked = np.array([len(o) > 0 for o in orders["leap"]], dtype=bool)
-    hours = gpu_hours(picked)
+    hours = device_hours(picked)
     truths = {"policy": policy_values(ranker, picked, truth, values), "all_types": values}
     by_truth: dict[str, dict[str, dict[str, float]]] = {}
     regrets: dict[str, list[float]] = {}
