@@ -80,10 +80,6 @@ def day_problem(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[
         Prices.
     names : sequence of str
         The types (columns); must include every attempt's recorded type.
-
-    Examples
-    --------
-    >>> # problem, tp = day_problem(fleet, day, eligible_names(fleet, day, names), cat, names)
     """
     index = {n: i for i, n in enumerate(names)}
     recorded = jobs["hardware"].astype(str).tolist()
@@ -141,13 +137,7 @@ class DayArms:
 def replay_day(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalog, *,
                advice_depth: int | None = 3, delay_cost_weight: float = 1.0,
                aware_arm: bool = True) -> DayArms:
-    """Replay one day's attempts in every arm (see the module docstring).
-
-    Examples
-    --------
-    >>> # d = replay_day(Ranker(art), fleet, day_attempts, art.catalog)
-    >>> # d.placements["leap"].kind
-    """
+    """Replay one day's attempts in every arm (see the module docstring)."""
     from leap.eval.ranking import oracle_order, true_values
 
     jobs = jobs.sort_values(["submitted_at", "attempt_id"], kind="stable").reset_index(drop=True)
@@ -204,12 +194,7 @@ class ArmCosts:
 
 def replay_costs(problem: DayProblem, placed: Replay, *, delay_cost_weight: float = 1.0
                  ) -> ArmCosts:
-    """Cost per attempt of one replay (see the module docstring of :mod:`leap.eval.replay`).
-
-    Examples
-    --------
-    >>> # c = replay_costs(d.problem, d.placements["leap"]); c.total.sum()
-    """
+    """Cost per attempt of one replay (see the module docstring of :mod:`leap.eval.replay`)."""
     rows = np.arange(len(problem.home))
     cost = problem.cost[rows, placed.hardware]
     delay = delay_cost_weight * problem.devices * problem.price[problem.home] \
@@ -221,12 +206,7 @@ def replay_costs(problem: DayProblem, placed: Replay, *, delay_cost_weight: floa
 
 def optimum_costs(problem: DayProblem, opt: Optimum, *, delay_cost_weight: float = 1.0
                   ) -> ArmCosts:
-    """Per-attempt (expected, for fractional shares) cost of the optimum.
-
-    Examples
-    --------
-    >>> # optimum_costs(d.problem, d.optimum).total.sum()  == d.optimum.cost (to rounding)
-    """
+    """Per-attempt (expected, for fractional shares) cost of the optimum."""
     n = len(problem.home)
     rows = np.arange(n)
     cost_m = np.where(np.isfinite(problem.cost), problem.cost, 0.0)
@@ -273,10 +253,6 @@ def impact_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalo
         ``headline`` (the optimum's saving, each arm's saving and share of it, coverage and
         first-choice shares beside the paper's), per arm its totals, ``parts`` by placement
         kind, ``top_contributors``, ``trimmed``, ``bands`` and ``per_day``; the definitions.
-
-    Examples
-    --------
-    >>> # impact_study(Ranker(wm.artifact), Fleet.from_store(store), day_attempts, catalog)
     """
     if len(jobs) == 0:
         raise DataError("no attempts to replay; pick days the store has (see `leap stats`)")
@@ -305,12 +281,7 @@ def impact_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalo
 
 def arm_costs_by_day(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0
                      ) -> dict[str, list[ArmCosts]]:
-    """Per arm, the per-attempt costs of each day (the optimum's expected ones).
-
-    Examples
-    --------
-    >>> # arm_costs_by_day(days)["leap"][0].total.sum()
-    """
+    """Per arm, the per-attempt costs of each day (the optimum's expected ones)."""
     arms: dict[str, list[ArmCosts]] = {}
     for d in days:
         for name, placed in d.placements.items():
@@ -323,12 +294,7 @@ def arm_costs_by_day(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0
 
 def summarize(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0,
               advice_depth: int | None = 3) -> dict[str, Any]:
-    """The study's JSON-ready figures from replayed days (see :func:`impact_study`).
-
-    Examples
-    --------
-    >>> # summarize([replay_day(ranker, fleet, day, catalog)])["headline"]
-    """
+    """The study's JSON-ready figures from replayed days (see :func:`impact_study`)."""
     costs = arm_costs_by_day(days, delay_cost_weight=delay_cost_weight)
     base = np.concatenate([d.problem.baseline_cost for d in days])
     gpu_h = np.concatenate([d.problem.demand[np.arange(len(d.problem.home)), d.problem.home]
@@ -521,12 +487,7 @@ def _herding(days: Sequence[DayArms], arm: str) -> dict[str, Any]:
 
 def top_choice_table(study: Mapping[str, Any], arms: Sequence[str] = ARMS
                      ) -> list[dict[str, Any]]:
-    """Flat rows (one per arm) of the headline impact numbers, for tables and plots.
-
-    Examples
-    --------
-    >>> # for row in top_choice_table(study): print(row["arm"], row["cost_change"])
-    """
+    """Flat rows (one per arm) of the headline impact numbers, for tables and plots."""
     rows = []
     for name in arms:
         if name not in study["arms"]:

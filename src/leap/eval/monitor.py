@@ -192,10 +192,6 @@ def monitor(store_path: Path, decisions_file: Path, *, start: datetime | None = 
     Returns
     -------
     MonitorReport
-
-    Examples
-    --------
-    >>> # report = monitor(ws.store_path, decisions_path(ws.home)); report.latest["within_20"]
     """
     dec, ent = read_decisions(decisions_file)
     window_min = match_window.total_seconds() / 60.0
