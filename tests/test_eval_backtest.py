@@ -217,3 +217,28 @@ def test_a_night_trained_alone_equals_the_backtest_night(
     assert isinstance(held, dict)
     actual = ed.held["throughput"].to_numpy(dtype=float)
     assert held["accuracy"] == metrics.accuracy(ed.held_pred, actual)
+
+
+def test_one_test_of_a_simulated_store(sim_workspace: Workspace, tmp_path: Path) -> None:
+    from leap.eval.oracle import is_simulated, oracle_ceiling, oracle_fleet
+    from leap.model.train import load_attempts, succeeded_attempts
+
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        assert is_simulated(store)
+        fleet = oracle_fleet(store)
+        assert fleet is not None
+        day = succeeded_attempts(load_attempts(store, LAST, LAST + timedelta(days=1)),
+                                 Catalog.default())
+        ceiling = oracle_ceiling(fleet, day)
+        # The truth is not the measurement (noise), but it is close to it.
+        assert 0.5 < ceiling["accuracy"] < 1.0 and 0.0 < ceiling["median_ape"] < 0.2
+    with Store(tmp_path / "real.duckdb") as store:
+        assert not is_simulated(store) and oracle_fleet(store) is None
+        for key in ("scenario", "seed", "start"):
+            store.set_meta(f"sim.{key}", "x")
+        store.set_meta("sim.version", "0")
+        # Simulated, but by another simulator: no oracle for an optional figure, and a
+        # study that needs one stops with the fix.
+        assert is_simulated(store) and oracle_fleet(store) is None
+        with pytest.raises(ConfigError, match="simulator version 0"):
+            oracle_fleet(store, strict=True)
