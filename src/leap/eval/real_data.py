@@ -25,6 +25,14 @@ covered test rows within ±20%; ``accuracy_within_20pct_all`` counts uncovered r
 The learned predictor plugs in through :func:`learned_predictor` (the hook) or by passing
 ``predictors={"leap": fn, ...}`` to :func:`run_protocols`; :class:`AttemptsPredictor` adapts
 a function of attempt tables (the store's format) to a :data:`FitPredict`.
+
+This module is the driver (:func:`run_real_data`, :class:`RealDataResult`, the verdicts);
+the pieces live by job and are importable from here too: the splits, the fold runner and the
+scorer in :mod:`leap.eval.real_splits`; the baselines (each a
+:class:`~leap.eval.real_splits.RowPredictor`: ``fit(rows, catalog)`` / ``predict(rows)``) in
+:mod:`leap.eval.real_baselines`; the reference and price-ranking checks in
+:mod:`leap.eval.real_reference`; the tables in :mod:`leap.eval.tables` and the HTML in
+:mod:`leap.eval.report`.
 """
 
 from __future__ import annotations
