@@ -300,8 +300,9 @@ def real_data_tables(result: Mapping[str, Any]) -> list[Table]:
                       whole_pct(r["accuracy_within_20pct"]), whole_pct(r["median_ape"]))
                      for protocol, by_method in by_protocol.items()
                      for method, r in by_method.items())
-        tables.append(Table(f"real_data_{src}",
-                            f"{src}  ({result['data']['sources'][src]['rows']:,} rows)",
+        n_rows = result["data"]["sources"].get(src, {}).get("rows")
+        title = src if n_rows is None else f"{src}  ({n_rows:,} rows)"
+        tables.append(Table(f"real_data_{src}", title,
                             ("protocol", "method", "n", "cov.", "±20%", "MdAPE"), rows,
                             labels=2))
     ranking = result.get("ranking_check")
