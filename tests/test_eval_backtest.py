@@ -18,7 +18,6 @@ from leap.errors import ConfigError
 from leap.eval.backtest import (
     FORMAT_VERSION,
     comparable,
-    eval_day,
     last_full_day,
     night_path,
     plan_nights,
@@ -27,6 +26,8 @@ from leap.eval.backtest import (
 )
 from leap.eval.baselines import gpu_hours, lookup_comparison
 from leap.eval.parallel import Parallel
+from leap.eval.params import ParamError
+from leap.eval.studies import eval_day
 
 # Three days of training per night and the global model keep each fit to a second or two
 # (the cascade runs the same night code; only the model differs).
@@ -41,12 +42,29 @@ def test_plan_nights_ends_at_the_last_full_day(sim_workspace: Workspace) -> None
         assert days == [LAST - timedelta(days=2), LAST - timedelta(days=1), LAST]
         assert plan_nights(store, 2, 3, end=LAST - timedelta(days=1))[-1] == LAST - timedelta(
             days=1)
-        with pytest.raises(ConfigError, match=r"need 23 days .* use --nights 9"):
+        with pytest.raises(ParamError, match=r"need 23 days .* use nights 9") as err:
             plan_nights(store, 20, 3)
+        # The library names its parameters; the CLI names its flags.
+        assert err.value.params == ("nights", "window_days")
+        assert "use --nights 9 or a shorter --window-days" in err.value.render(
+            {"nights": "--nights", "window_days": "--window-days"})
         with pytest.raises(ConfigError, match="after the last full day"):
             plan_nights(store, 1, 3, end=LAST + timedelta(days=1))
-        with pytest.raises(ConfigError, match="--nights must be >= 1"):
+        with pytest.raises(ConfigError, match=r"^nights must be >= 1"):
             plan_nights(store, 0, 3)
+
+
+def test_the_cli_names_flags_where_the_library_names_parameters(
+        sim_workspace: Workspace) -> None:
+    from typer.testing import CliRunner
+
+    from leap.cli import _register, app
+
+    _register()
+    res = CliRunner().invoke(app, ["--home", str(sim_workspace.home), "backtest", "--nights",
+                                   "20", "--window-days", "3", "--json"])
+    assert res.exit_code == 1
+    assert "use --nights 9 or a shorter --window-days" in " ".join(res.output.split())
 
 
 def test_parallel_settings() -> None:
@@ -178,11 +196,11 @@ def test_eval_day_prefers_the_published_model_of_the_day(trained_workspace: Work
         assert ed.source.startswith("published") and ed.as_of == LAST
         assert len(ed.day) > len(ed.held) > 0 and len(ed.held_pred) == len(ed.held)
         assert ed.past["submitted_at"].max() < LAST
-        with pytest.raises(ConfigError, match="use --model-source train"):
+        with pytest.raises(ParamError, match="use source train"):
             eval_day(store, Catalog.default(), CFG, as_of=LAST - timedelta(days=1),
-                     models_dir=trained_workspace.models_dir, model="published")
+                     models_dir=trained_workspace.models_dir, source="published")
         with pytest.raises(ConfigError, match="must be auto, published or train"):
-            eval_day(store, Catalog.default(), CFG, model="latest")
+            eval_day(store, Catalog.default(), CFG, source="latest")
 
 
 def test_a_night_trained_alone_equals_the_backtest_night(
@@ -192,10 +210,35 @@ def test_a_night_trained_alone_equals_the_backtest_night(
     _, nights, _ = serial_run
     day = LAST - timedelta(days=1)
     with Store(sim_workspace.store_path, read_only=True) as store:
-        ed = eval_day(store, Catalog.default(), CFG, as_of=day, model="train")
+        ed = eval_day(store, Catalog.default(), CFG, as_of=day, source="train")
     assert ed.source == "trained on 2026-01-08..2026-01-10"
     night = next(n for n in nights if n["day"] == "2026-01-11")
     held = night["held_out"]
     assert isinstance(held, dict)
     actual = ed.held["throughput"].to_numpy(dtype=float)
     assert held["accuracy"] == metrics.accuracy(ed.held_pred, actual)
+
+
+def test_one_test_of_a_simulated_store(sim_workspace: Workspace, tmp_path: Path) -> None:
+    from leap.eval.oracle import is_simulated, oracle_ceiling, oracle_fleet
+    from leap.model.train import load_attempts, succeeded_attempts
+
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        assert is_simulated(store)
+        fleet = oracle_fleet(store)
+        assert fleet is not None
+        day = succeeded_attempts(load_attempts(store, LAST, LAST + timedelta(days=1)),
+                                 Catalog.default())
+        ceiling = oracle_ceiling(fleet, day)
+        # The truth is not the measurement (noise), but it is close to it.
+        assert 0.5 < ceiling["accuracy"] < 1.0 and 0.0 < ceiling["median_ape"] < 0.2
+    with Store(tmp_path / "real.duckdb") as store:
+        assert not is_simulated(store) and oracle_fleet(store) is None
+        for key in ("scenario", "seed", "start"):
+            store.set_meta(f"sim.{key}", "x")
+        store.set_meta("sim.version", "0")
+        # Simulated, but by another simulator: no oracle for an optional figure, and a
+        # study that needs one stops with the fix.
+        assert is_simulated(store) and oracle_fleet(store) is None
+        with pytest.raises(ConfigError, match="simulator version 0"):
+            oracle_fleet(store, strict=True)

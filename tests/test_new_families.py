@@ -59,7 +59,7 @@ def test_the_draw_is_seeded_and_keeps_a_type_in(sim_workspace: Workspace) -> Non
     assert a == choose_left_out(past, held, type_share=0.5, seed=1)
     assert len(a[0]) == 2 and a[1] not in {f"f{t}" for t in a[0]}
     assert len(choose_left_out(past, held, type_share=0.99, seed=1)[0]) == 3
-    with pytest.raises(ConfigError, match="--type-share must be between 0 and 1"):
+    with pytest.raises(ConfigError, match=r"^type_share must be between 0 and 1"):
         choose_left_out(past, held, type_share=1.5, seed=1)
     with pytest.raises(ConfigError, match="fewer than two model types"):
         choose_left_out(past.head(1), held.head(1), type_share=0.5, seed=1)

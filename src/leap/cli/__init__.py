@@ -10,15 +10,19 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from leap.config import DEFAULT_HOME, Workspace
 from leap.errors import LeapError
+from leap.eval.params import ParamError
+
+if TYPE_CHECKING:
+    from leap.eval.tables import Table
 
 app = typer.Typer(
     name="leap",
@@ -60,6 +64,19 @@ def workspace(ctx: typer.Context) -> Workspace:
     return ws
 
 
+#: The flag of each library parameter a :class:`~leap.eval.params.ParamError` may name.
+FLAGS: dict[str, str] = {
+    "nights": "--nights", "end": "--end", "window_days": "--window-days",
+    "as_of": "--as-of", "source": "--model-source", "type_share": "--type-share",
+    "dask": "--dask", "workers": "--workers",
+}
+
+
+def error_text(exc: LeapError) -> str:
+    """The message of a library error as a CLI user reads it: parameters named by flag."""
+    return exc.render(FLAGS) if isinstance(exc, ParamError) else str(exc)
+
+
 def guarded(fn: F) -> F:
     """Turn library errors into one red line on stderr and exit code 1 (never a traceback)."""
 
@@ -68,13 +85,28 @@ def guarded(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except LeapError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {error_text(exc)}", highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def print_tables(tables: Iterable[Table]) -> None:
+    """Print :mod:`leap.eval.tables` tables: label columns left, figures right."""
+    from rich.table import Table as RichTable
+
+    for t in tables:
+        table = RichTable(title=t.title, title_justify="left")
+        for i, col in enumerate(t.columns):
+            table.add_column(col, justify="left" if i < t.labels else "right",
+                             no_wrap=i < t.labels)
+        for row in t.rows:
+            table.add_row(*row)
+        console.print(table)
 
 
 def print_json(obj: Any) -> None:

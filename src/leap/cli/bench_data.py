@@ -11,7 +11,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from leap.catalog import Catalog
-from leap.cli import app, console, err_console, guarded, print_json, workspace
+from leap.cli import (
+    app,
+    console,
+    err_console,
+    guarded,
+    print_json,
+    print_tables,
+    workspace,
+)
 from leap.errors import CatalogError
 
 
@@ -102,11 +110,7 @@ def import_benchmarks(
         err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
-def _pct(v: float) -> str:
-    return "–" if v != v else f"{v:.0%}"  # v != v: NaN, nothing covered
-
-
-def evaluate_real_data(*, workers: int | None, quiet: bool, **options: Any) -> dict[str, Any]:
+def evaluate_real_data(*, workers: int | None, quiet: bool, **options: Any) -> Any:
     """:func:`leap.eval.real_data.run_real_data` on the packaged data, with a progress bar.
 
     ``workers`` processes run the folds (default: one per CPU: the learned predictor's fits
@@ -161,7 +165,8 @@ def real_data(
     sources, also reproduces the reference spec-ratio figures and checks the ranking by
     samples per dollar on public prices. Writes real_data.json and an HTML section.
     """
-    from leap.eval.real_data import PROTOCOLS, flat_results, html_section
+    from leap.eval.real_data import PROTOCOLS, html_section
+    from leap.eval.tables import real_data_reference_lines, real_data_tables
 
     ws = workspace(ctx)
     target = out if out is not None else ws.work_dir / "reports"
@@ -171,41 +176,21 @@ def real_data(
     target.mkdir(parents=True, exist_ok=True)
     json_path = target / "real_data.json"
     html_path = target / "real_data.html"
-    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    data = result.to_dict()
+    json_path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     html_path.write_text(html_section(result) + "\n", encoding="utf-8")
     if as_json:
-        print_json(result)
+        print_json(data)
         return
-    rows: list[dict[str, Any]] = flat_results(result)
-    for src in result["results"]:
-        table = Table(title=f"{src}  ({result['data']['sources'][src]['rows']:,} rows)",
-                      title_justify="left")
-        for name in ("protocol", "method", "n", "cov.", "±20%", "MdAPE"):
-            left = name in ("protocol", "method")
-            table.add_column(name, justify="left" if left else "right", no_wrap=left)
-        for r in (r for r in rows if r["source"] == src):
-            table.add_row(r["protocol"], r["method"], f"{r['n']:,}", _pct(r["coverage"]),
-                          _pct(r["accuracy_within_20pct"]), _pct(r["median_ape"]))
-        console.print(table)
-    ref = result.get("reference_check")
-    if ref:
+    tables = real_data_tables(data)
+    ranking = [t for t in tables if t.key == "real_data_ranking"]
+    print_tables([t for t in tables if t.key != "real_data_ranking"])
+    lines = real_data_reference_lines(data)
+    if lines:
         console.print("[bold]reference check[/] (Lambda PyTorch, 1 GPU, each type held out):")
-        for name, expected in ref["expected"].items():
-            got = ref[name]
-            console.print(f"  {name}: {_pct(got['accuracy_within_20pct'])} within ±20% "
-                          f"(expected ~{expected:.0%}), MdAPE {_pct(got['median_ape'])}, "
-                          f"n={got['n_covered']}")
-    ranking = result.get("ranking_check")
-    if ranking:
-        table = Table(title=f"ranking on public prices: {ranking['configurations']} Lambda "
-                      "configurations, each type held out", title_justify="left")
-        for name in ("method", "ranked", "top-1 agreement", "mean value regret"):
-            table.add_column(name, justify="left" if name == "method" else "right",
-                             no_wrap=name == "method")
-        for method, r in ranking["methods"].items():
-            table.add_row(method, str(r["ranked"]), _pct(r["top1_agreement"]),
-                          _pct(r["mean_value_regret"]))
-        console.print(table)
-    for line in result.get("verdicts", []):
+        for line in lines:
+            console.print(f"  {line}")
+    print_tables(ranking)
+    for line in result.verdicts:
         console.print(f"  {line}")
     console.print(f"wrote {json_path} and {html_path}")

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from leap.cli import app, console, guarded, workspace
-from leap.cli.model import _oracle_ceiling, _print_train
+from leap.cli.model import print_train
 
 DEMO_START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -76,6 +76,7 @@ def demo(
     """
     from leap.catalog import Catalog
     from leap.data.store import Store
+    from leap.eval.oracle import oracle_ceiling
     from leap.model.artifact import Registry
     from leap.model.train import (
         TrainConfig,
@@ -128,11 +129,9 @@ def demo(
         day = succeeded_attempts(load_attempts(store, as_of, as_of + timedelta(days=1)),
                                  catalog)
         out = result.to_json()
-        ceiling = _oracle_ceiling(store, day)
-        if ceiling is not None:
-            out["metrics"]["held_out"]["oracle_ceiling"] = ceiling
         fleet = Fleet.from_store(store)
-    _print_train(out)
+        out["metrics"]["held_out"]["oracle_ceiling"] = oracle_ceiling(fleet, day)["accuracy"]
+    print_train(out)
 
     ranker = Ranker(registry, costs=catalog, background_reload=False)
     art = registry.load()

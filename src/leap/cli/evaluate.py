@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,16 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table as RichTable
 
-from leap.cli import app, console, err_console, guarded, print_json, workspace
+from leap.cli import (
+    app,
+    console,
+    err_console,
+    guarded,
+    print_json,
+    print_tables,
+    workspace,
+)
 from leap.cli.bench_data import experiment_group
 from leap.config import Workspace
 from leap.errors import ConfigError
@@ -95,15 +102,9 @@ def _require_store(ws: Workspace) -> None:
 
 
 def _print_tables(report: dict[str, Any]) -> None:
-    from leap.eval.report import report_tables
+    from leap.eval.tables import report_tables
 
-    for t in report_tables(report):
-        table = RichTable(title=t.title, title_justify="left")
-        for i, col in enumerate(t.columns):
-            table.add_column(col, justify="left" if i == 0 else "right", no_wrap=i == 0)
-        for row in t.rows:
-            table.add_row(*row)
-        console.print(table)
+    print_tables(report_tables(report))
 
 
 def _night_bar(disable: bool) -> Progress:
@@ -178,71 +179,39 @@ def backtest_cmd(
 
 # Studies --------------------------------------------------------------------------------------
 def _study_day(ws: Workspace, store: Any, *, as_of: str | None, window_days: int, model: str,
-               specialists: int, no_history: bool, source: str, saved: Path | None = None
-               ) -> Any:
+               specialists: int, no_history: bool, source: str) -> Any:
     from leap.catalog import Catalog
-    from leap.eval.backtest import eval_day
+    from leap.eval.studies import eval_day
 
     cfg = _train_config(window_days, model, specialists, no_history)
     with err_console.status("preparing the model of the held-out day (training if needed)",
                             spinner="dots"):
         return eval_day(store, Catalog.load(ws.catalog_path), cfg, as_of=_day(as_of, "--as-of"),
-                        models_dir=ws.models_dir, model=source, saved=saved)
+                        models_dir=ws.models_dir, source=source)
 
 
-def _ranker(ed: Any, ws: Workspace) -> tuple[Any, Any]:
-    from leap.catalog import Catalog
-    from leap.rank.ranker import Ranker
+def _ranking(ed: Any, ws: Workspace, store: Any, sample: int, seed: int) -> Any:
+    from leap.eval.studies import ranking_day, study_costs
 
-    costs = Catalog.load(ws.catalog_path) if ws.catalog_path else ed.artifact.catalog
-    return Ranker(ed.artifact, costs=costs), costs
-
-
-def _lookup(ed: Any) -> dict[str, Any]:
-    from leap.eval.baselines import lookup_comparison
-
-    return {"day": ed.as_of.date().isoformat(), "model": ed.source,
-            **lookup_comparison(ed.past, ed.held, ed.held_pred, ed.artifact.catalog)}
-
-
-def _ranking(ed: Any, ws: Workspace, store: Any, sample: int, seed: int) -> dict[str, Any]:
-    from leap.eval.ranking import ranking_study
-    from leap.sim.fleet import Fleet
-
-    fleet = Fleet.from_store(store)
-    ranker, costs = _ranker(ed, ws)
-    with err_console.status("ranking sampled jobs against the oracle", spinner="dots"):
-        result = ranking_study(ranker, fleet, ed.day, ed.past, costs, sample=sample, seed=seed)
-    return {"day": ed.as_of.date().isoformat(), "model": ed.source, **result}
+    with err_console.status("", spinner="dots") as status:
+        return ranking_day(ed, store, study_costs(ed, ws.catalog_path), sample=sample,
+                           seed=seed, status=status.update)
 
 
 def _impact(ed: Any, ws: Workspace, store: Any, days: int, depth: int | None,
-            delay_cost: float = 1.0) -> dict[str, Any]:
-    import time
+            delay_cost: float) -> Any:
+    from leap.eval.studies import impact_day, study_costs
 
-    from leap.eval.impact import impact_study
-    from leap.model.train import load_attempts
-    from leap.sim.fleet import Fleet
-
-    fleet = Fleet.from_store(store)
-    ranker, costs = _ranker(ed, ws)
-    jobs = ed.day if days == 1 else load_attempts(store, ed.as_of,
-                                                   ed.as_of + timedelta(days=days))
-    t0 = time.perf_counter()
-    with err_console.status("replaying every attempt in each arm and solving the optimum",
-                            spinner="dots") as status:
-        result = impact_study(ranker, fleet, jobs, costs, advice_depth=depth,
-                              delay_cost_weight=delay_cost,
-                              progress=lambda stage, d, t: status.update(
-                                  f"{stage}: {d:,}/{t:,}"))
-    return {"model": ed.source, **result, "wall_s": time.perf_counter() - t0}
+    with err_console.status("", spinner="dots") as status:
+        return impact_day(ed, store, study_costs(ed, ws.catalog_path), days=days,
+                          advice_depth=depth, delay_cost=delay_cost, status=status.update)
 
 
 def _depth(value: int) -> int | None:
     return None if value == 0 else value
 
 
-def _study(key: str, compute: Callable[[Any, Workspace, Any], dict[str, Any]],
+def _study(key: str, compute: Callable[[Any, Workspace, Any], Any],
            ctx: typer.Context, *, as_of: str | None, source: str, window_days: int,
            model: str, specialists: int, no_history: bool, as_json: bool) -> None:
     """One study command: the held-out day's model, ``compute(ed, ws, store)``, then print."""
@@ -253,7 +222,7 @@ def _study(key: str, compute: Callable[[Any, Workspace, Any], dict[str, Any]],
     with Store(ws.store_path, read_only=True) as store:
         ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
                         specialists=specialists, no_history=no_history, source=source)
-        out = compute(ed, ws, store)
+        out = compute(ed, ws, store).to_dict()
     if as_json:
         print_json(out)
         return
@@ -280,7 +249,9 @@ def lookup_cmd(
     hardware, trainer count, batch size) in the training window. Prints its coverage, its
     accuracy on what it covers, LEAP's accuracy on that same subset, and LEAP's coverage.
     """
-    _study("lookup", lambda ed, ws, store: _lookup(ed),
+    from leap.eval.studies import lookup_day
+
+    _study("lookup", lambda ed, ws, store: lookup_day(ed),
            ctx, as_of=as_of, source=source, window_days=window_days, model=model,
            specialists=specialists, no_history=no_history, as_json=as_json)
 
@@ -436,63 +407,34 @@ def report_cmd(
     report.json with every number into --out, and prints the tables. The backtest resumes
     from finished nights; the studies use the last night's model.
     """
+    from leap.catalog import Catalog
     from leap.data.store import Store
-    from leap.eval.report import write_report
-    from leap.sim.fleet import Fleet
+    from leap.eval.studies import run_report
 
     ws = workspace(ctx)
     bt = _run_backtest(ws, nights=nights, window_days=window_days, end=end, model=model,
                        specialists=specialists, no_history=no_history, workers=workers,
                        dask=dask, quiet=as_json)
-    backtest = bt.to_json()
-    last = bt.nights[-1]
-    notes = [f"backtest run directory: {bt.run_dir} ({len(bt.computed)} nights computed now, "
-             f"{len(bt.reused)} reused)"]
-    lookup = {"day": last["day"], "model": "the backtest's last night", **last["lookup"]}
-    ranking = impact = None
-    with Store(ws.store_path, read_only=True) as store:
-        simulated = store.get_meta("sim.seed") is not None
-        if simulated:
-            Fleet.from_store(store)  # fails early, with its message, on a foreign simulator
-            ed = _study_day(ws, store, as_of=last["day"], window_days=window_days,
-                            model=model, specialists=specialists, no_history=no_history,
-                            source="auto", saved=bt.run_dir / f"model-{last['day']}")
-            notes.append(f"ranking and impact studies: model {ed.source}")
-            ranking = _ranking(ed, ws, store, sample, seed=0)
-            impact = _impact(ed, ws, store, impact_days, _depth(advice_depth))
-        else:
-            notes.append("ranking and impact studies skipped: the store is not simulated, "
-                         "so there is no oracle")
-    real = _real_data(ws, real_data_json, real_data)
-    new_families = _saved_result(ws, "new_families.json", "model_type_groups")
-    if new_families is not None:
-        notes.append(f"new-families study: {ws.work_dir / 'reports' / 'new_families.json'} "
-                     f"(day {new_families.get('day')})")
-    page = write_report(out, backtest=backtest, lookup=lookup, ranking=ranking, impact=impact,
-                        real_data=real, new_families=new_families, notes=notes,
-                        meta={"home": str(ws.home), "command": "leap report"})
+    with Store(ws.store_path, read_only=True) as store, \
+            err_console.status("", spinner="dots") as status:
+        report = run_report(store, bt, catalog=Catalog.load(ws.catalog_path),
+                            catalog_path=ws.catalog_path, models_dir=ws.models_dir,
+                            work_dir=ws.work_dir,
+                            cfg=_train_config(window_days, model, specialists, no_history),
+                            sample=sample, impact_days=impact_days,
+                            advice_depth=_depth(advice_depth), status=status.update)
+    report.real_data = _real_data(ws, real_data_json, real_data)
+    page = report.write(out, meta={"home": str(ws.home), "command": "leap report"})
     if as_json:
         print_json(json.loads((out / "report.json").read_text(encoding="utf-8")))
         return
-    _print_tables({"backtest": backtest, "lookup": lookup, "ranking": ranking,
-                   "impact": impact, "new_families": new_families})
+    parts = report.parts()
+    _print_tables({k: parts[k] for k in ("backtest", "lookup", "ranking", "impact",
+                                         "new_families")})
     console.print(f"wrote {page} (and report.json, plots) in {out}")
 
 
-def _saved_result(ws: Workspace, name: str, key: str) -> dict[str, Any] | None:
-    """A study's JSON under <home>/work/reports when present and readable (else None)."""
-    path = ws.work_dir / "reports" / name
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc}); rerun the experiment that wrote "
-                          "it") from None
-    return data if isinstance(data, dict) and key in data else None
-
-
-def _real_data(ws: Workspace, path: Path | None, run: bool) -> dict[str, Any] | None:
+def _real_data(ws: Workspace, path: Path | None, run: bool) -> Any:
     if run:
         from leap.cli.bench_data import evaluate_real_data
 
@@ -509,4 +451,6 @@ def _real_data(ws: Workspace, path: Path | None, run: bool) -> dict[str, Any] | 
     if not isinstance(data, dict) or "results" not in data:
         raise ConfigError(f"--real-data-json {chosen} is not a result of `leap experiment "
                           "real-data`")
-    return data
+    from leap.eval.real_data import RealDataResult
+
+    return RealDataResult.from_dict(data)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +31,6 @@ def parse_day(value: str | None, option: str = "--as-of") -> datetime | None:
 
 def _pct(x: Any) -> str:
     return "—" if x is None or x != x else f"{100 * float(x):.1f}%"
-
-
-def _oracle_ceiling(store: Any, day_rows: Any) -> float | None:
-    """The simulator's ceiling on the held-out day: truth within ±20% of the measured value.
-
-    Only for a simulated store (the oracle is evaluation-only); None for real data.
-    """
-    from leap.errors import LeapError
-    from leap.metrics import accuracy
-    from leap.sim.fleet import Fleet
-
-    try:
-        fleet = Fleet.from_store(store)
-    except LeapError:
-        return None
-    truth = fleet.true_throughput(day_rows, day_rows["hardware"].to_numpy(),
-                                  day_rows["submitted_at"].to_numpy())
-    return accuracy(truth, day_rows["throughput"].to_numpy(dtype=float))
 
 
 @app.command(epilog="Example: leap --home /tmp/x train --as-of 2026-01-31 --window-days 30")
@@ -106,20 +88,19 @@ def train(
         out = result.to_json()
         held = result.metrics.get("held_out")
         if held is not None:
-            from leap.model.train import load_attempts, succeeded_attempts
+            from leap.eval.oracle import day_ceiling
 
-            day = succeeded_attempts(
-                load_attempts(store, result.as_of, result.as_of + timedelta(days=1)), catalog)
-            ceiling = _oracle_ceiling(store, day)
+            ceiling = day_ceiling(store, catalog, result.as_of)
             if ceiling is not None:
                 held["oracle_ceiling"] = ceiling
     if as_json:
         print_json(out)
         return
-    _print_train(out)
+    print_train(out)
 
 
-def _print_train(out: dict[str, Any]) -> None:
+def print_train(out: dict[str, Any]) -> None:
+    """The terminal summary of a training run (``leap train`` and ``leap demo``)."""
     m = out["metrics"]
     console.print(f"window {m['window']['start'][:10]} .. {m['window']['end'][:10]} "
                   f"({m['train_rows']:,} succeeded attempts)")

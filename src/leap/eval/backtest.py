@@ -33,9 +33,12 @@ import pandas as pd
 
 from leap import __version__, metrics
 from leap.catalog import Catalog
-from leap.errors import ConfigError, DataError, LeapError
-from leap.eval.baselines import gpu_hours, lookup_comparison
+from leap.data.usage import device_hours
+from leap.errors import DataError
+from leap.eval.baselines import lookup_comparison
+from leap.eval.oracle import oracle_ceiling, oracle_fleet
 from leap.eval.parallel import Parallel
+from leap.eval.params import ParamError
 from leap.features.encode import FEATURE_VERSION, NOVELTY_GROUPS
 from leap.model.train import (
     EncodeCache,
@@ -84,20 +87,19 @@ class BacktestResult:
     wall_s: float
     summary: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of the result (every night), as ``leap backtest --json`` prints it."""
         return {"run_dir": str(self.run_dir), "settings": self.settings,
                 "computed": self.computed, "reused": self.reused, "wall_s": self.wall_s,
                 "summary": self.summary, "nights": self.nights}
 
+    #: The older name of :meth:`to_dict`.
+    to_json = to_dict
+
 
 # Planning -------------------------------------------------------------------------------------
 def last_full_day(store: Any) -> datetime:
-    """The last day of the store whose attempts run past 20:00 UTC (a complete day).
-
-    Examples
-    --------
-    >>> # last_full_day(store)  -> datetime(2026, 3, 31, tzinfo=UTC)
-    """
+    """The last day of the store whose attempts run past 20:00 UTC (a complete day)."""
     rng = store.time_range()
     if rng is None:
         raise DataError("the store has no attempts; ingest or simulate some first")
@@ -116,29 +118,25 @@ def plan_nights(store: Any, nights: int, window_days: int,
     ------
     ConfigError
         Too few days in the store for ``nights`` windows of ``window_days`` days.
-
-    Examples
-    --------
-    >>> # plan_nights(store, 30, 30)  # the last 30 full days, each after a 30-day window
     """
     if nights < 1:
-        raise ConfigError(f"--nights must be >= 1, got {nights}")
+        raise ParamError(f"{{nights}} must be >= 1, got {nights}")
     rng = store.time_range()
     if rng is None:
         raise DataError("the store has no attempts; ingest or simulate some first")
     first = day_start(rng[0])
     last = day_start(end) if end is not None else last_full_day(store)
     if last > last_full_day(store):
-        raise ConfigError(f"--end {last:%Y-%m-%d} is after the last full day in the store "
-                          f"({last_full_day(store):%Y-%m-%d}); pick an earlier day")
+        raise ParamError(f"{{end}} {last:%Y-%m-%d} is after the last full day in the store "
+                         f"({last_full_day(store):%Y-%m-%d}); pick an earlier day")
     days = [last - (nights - 1 - i) * _DAY for i in range(nights)]
     if days[0] - window_days * _DAY < first:
         have = (last - first).days  # full days available before `last`
-        raise ConfigError(
+        raise ParamError(
             f"{nights} nights with {window_days}-day windows need {nights + window_days} days "
             f"up to {last:%Y-%m-%d}, but the store starts on {first:%Y-%m-%d} ({have + 1} "
-            f"days); use --nights {max(have - window_days + 1, 0)} or a shorter "
-            "--window-days, or simulate more days")
+            f"days); use {{nights}} {max(have - window_days + 1, 0)} or a shorter "
+            "{window_days}, or simulate more days")
     return days
 
 
@@ -147,11 +145,6 @@ def run_key(store: Any, catalog: Catalog, cfg: TrainConfig) -> tuple[str, dict[s
 
     The held-out days are not part of it (each night has its own file), so a longer or
     later backtest with the same settings reuses the nights already computed.
-
-    Examples
-    --------
-    >>> # key, settings = run_key(store, Catalog.default(), TrainConfig())
-    >>> # ws.work_dir / f"backtest-{key}"
     """
     sim = {k: store.get_meta(f"sim.{k}") for k in ("seed", "start", "version", "scenario")}
     settings = {
@@ -185,13 +178,7 @@ def _cache_for(key: str) -> dict[str, Any]:
 
 
 def run_night(task: NightTask) -> dict[str, Any]:
-    """Train and score one night (the worker entry point: plain data in, JSON-ready out).
-
-    Examples
-    --------
-    >>> # run_night(NightTask(str(store_path), Catalog.default().to_toml(), "2026-01-12",
-    >>> #                     asdict(TrainConfig(window_days=10)), "abc"))["held_out"]
-    """
+    """Train and score one night (the worker entry point: plain data in, JSON-ready out)."""
     from leap.data.store import Store
     from leap.model.train import train_window
 
@@ -205,7 +192,7 @@ def run_night(task: NightTask) -> dict[str, Any]:
         attempts = load_attempts(store, as_of - (cfg.window_days + cfg.lookback_days) * _DAY,
                                  as_of + _DAY)
         if not cache["fleet_loaded"]:
-            cache["fleet"] = _fleet_or_none(store)
+            cache["fleet"] = oracle_fleet(store)
             cache["fleet_loaded"] = True
     load_s = time.perf_counter() - t0
     encoded: EncodeCache = cache["encoded"]
@@ -230,10 +217,6 @@ def save_model(wm: WindowModel, directory: Path) -> None:
 
     Skipped when the directory's parent is not reachable from this worker (a remote Dask
     worker without the shared file system): the studies then retrain that night.
-
-    Examples
-    --------
-    >>> # save_model(wm, run_dir / "model-2026-03-31"); load_artifact(run_dir / "model-...")
     """
     from leap.model.artifact import write_artifact
 
@@ -253,15 +236,6 @@ def save_model(wm: WindowModel, directory: Path) -> None:
         shutil.rmtree(staged, ignore_errors=True)  # another worker saved it first
 
 
-def _fleet_or_none(store: Any) -> Any:
-    from leap.sim.fleet import Fleet
-
-    try:
-        return Fleet.from_store(store)
-    except LeapError:
-        return None  # real data: no oracle, no ceiling
-
-
 def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict[str, Any]:
     """The JSON record of one night: accuracy blocks, oracle ceiling, lookup, error histogram.
 
@@ -273,10 +247,6 @@ def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict
         The window's attempts (the lookup table's memory).
     fleet : Fleet, optional
         The simulated fleet (oracle ceiling); None for real data.
-
-    Examples
-    --------
-    >>> # night_result(train_window(attempts, catalog, as_of, cfg), window_attempts, fleet)
     """
     held = wm.metrics.get("held_out")
     if held is None or len(wm.eval_jobs) == 0:
@@ -285,19 +255,13 @@ def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict
     jobs = wm.eval_jobs
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     pred = np.exp(wm.eval_pred_log)
-    hours = gpu_hours(jobs)
+    hours = device_hours(jobs)
     seen = family_seen(wm.artifact.snapshot, jobs)
     held = json.loads(json.dumps(held))  # a private copy
     held["seen_families"] = metrics.summary(pred[seen], actual[seen], hours[seen])
     held["unseen_families"] = metrics.summary(pred[~seen], actual[~seen], hours[~seen])
     held["unseen_share"] = float((~seen).mean())
-    ceiling = None
-    if fleet is not None:
-        truth = fleet.true_throughput(jobs, jobs["hardware"].to_numpy(),
-                                      jobs["submitted_at"].to_numpy())
-        ceiling = {"accuracy": metrics.accuracy(truth, actual),
-                   "accuracy_gpu_hours": metrics.accuracy(truth, actual, hours),
-                   "median_ape": metrics.median_ape(truth, actual)}
+    ceiling = oracle_ceiling(fleet, jobs) if fleet is not None else None
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log10(pred / actual)
     log_ratio = log_ratio[np.isfinite(log_ratio)]
@@ -388,12 +352,6 @@ def run_backtest(store_path: Path, catalog: Catalog, cfg: TrainConfig, *, nights
     Returns
     -------
     BacktestResult
-
-    Examples
-    --------
-    >>> # r = run_backtest(ws.store_path, Catalog.default(), TrainConfig(), nights=30,
-    >>> #                  work_dir=ws.work_dir)
-    >>> # r.summary["accuracy"]["median"]
     """
     from leap.data.store import Store
 
@@ -503,118 +461,3 @@ def comparable(night: Mapping[str, Any]) -> dict[str, Any]:
     {'day': '2026-01-12'}
     """
     return {k: v for k, v in night.items() if k not in RUN_FIELDS}
-
-
-# One evaluation day for the studies -----------------------------------------------------------
-@dataclass
-class EvalDay:
-    """A model and the attempts around its held-out day, for the lookup / ranking / impact
-    studies.
-
-    ``past`` holds the window's attempts (all statuses), ``day`` every attempt of the
-    held-out day, ``held`` its succeeded attempts and ``held_pred`` LEAP's samples/s for them.
-    """
-
-    as_of: datetime
-    artifact: Any
-    past: pd.DataFrame
-    day: pd.DataFrame
-    held: pd.DataFrame
-    held_pred: np.ndarray
-    source: str
-
-
-def eval_day(store: Any, catalog: Catalog, cfg: TrainConfig, *, as_of: datetime | None = None,
-             models_dir: Path | None = None, model: str = "auto",
-             saved: Path | None = None) -> EvalDay:
-    """The model of one held-out day: the published one, or one trained on its window.
-
-    Parameters
-    ----------
-    store : Store
-    catalog : Catalog
-        Training catalog (when a model is trained).
-    cfg : TrainConfig
-        Training settings (when a model is trained; the window of a published model is its
-        own).
-    as_of : datetime, optional
-        The held-out day. Default: the published model's day (``auto`` / ``published``), or
-        the last full day in the store (``train``).
-    models_dir : Path, optional
-        The registry of published models.
-    model : {"auto", "published", "train"}
-        ``auto`` uses the ``saved`` model, else the published one, when its held-out day is
-        ``as_of`` (or ``as_of`` is not given) and the store has that day; otherwise trains.
-    saved : Path, optional
-        An artifact directory kept by a backtest (``<run_dir>/model-YYYY-MM-DD``).
-
-    Raises
-    ------
-    ConfigError
-        ``published`` without a usable published model, or an unknown ``model``.
-
-    Examples
-    --------
-    >>> # ed = eval_day(store, Catalog.default(), TrainConfig(), models_dir=ws.models_dir)
-    >>> # ed.source  -> 'published 20260112-01' or 'trained on 2026-01-02..2026-01-12'
-    """
-    from leap.errors import ArtifactError
-    from leap.model.artifact import Registry, load_artifact
-    from leap.model.train import succeeded_attempts, train_window
-
-    if model not in ("auto", "published", "train"):
-        raise ConfigError(f"--model-source must be auto, published or train, got {model!r}")
-    last = last_full_day(store)
-    want = day_start(as_of) if as_of is not None else None
-    art = None
-    if model == "auto" and saved is not None and (saved / "manifest.json").is_file():
-        try:
-            kept = load_artifact(saved)
-        except ArtifactError:
-            kept = None  # a damaged copy: train instead
-        if kept is not None:
-            kept_day = day_start(datetime.fromisoformat(str(kept.manifest["as_of"])))
-            if kept_day <= last and (want is None or want == kept_day):
-                art, want = kept, kept_day
-    if art is None and model in ("auto", "published") and models_dir is not None:
-        try:
-            art = Registry(models_dir).load()
-        except ArtifactError as exc:
-            if model == "published":
-                raise ConfigError(f"no usable published model ({exc}); run `leap train` or "
-                                  "use --model-source train") from None
-        if art is not None:
-            pub_day = day_start(datetime.fromisoformat(str(art.manifest["as_of"])))
-            usable = pub_day <= last and (want is None or want == pub_day)
-            if model == "published" and not usable:
-                raise ConfigError(f"the published model {art.version} is for "
-                                  f"{pub_day:%Y-%m-%d}, not a full day of the store "
-                                  f"matching --as-of; use --model-source train")
-            if usable:
-                want = pub_day
-            else:
-                art = None
-    elif model == "published":
-        raise ConfigError("--model-source published needs a workspace with published models")
-    day = want if want is not None else last
-    if day > last:
-        raise ConfigError(f"--as-of {day:%Y-%m-%d} is after the last full day in the store "
-                          f"({last:%Y-%m-%d})")
-    if art is not None:
-        start = datetime.fromisoformat(str(art.manifest["window_start"]))
-        attempts = load_attempts(store, start, day + _DAY)
-        past = attempts[attempts["submitted_at"] < day].reset_index(drop=True)
-        day_rows = attempts[attempts["submitted_at"] >= day].reset_index(drop=True)
-        held = succeeded_attempts(day_rows, art.catalog)
-        origin = f"published {art.version}" if art.path is None or art.path.parent == (
-            models_dir) else f"kept by the backtest in {art.path}"
-        return EvalDay(day, art, past, day_rows, held, art.predict(held), origin)
-    attempts = load_attempts(store, day - (cfg.window_days + cfg.lookback_days) * _DAY,
-                             day + _DAY)
-    wm = train_window(attempts, catalog, day, cfg)
-    window_start = day - cfg.window_days * _DAY
-    past = attempts[(attempts["submitted_at"] >= window_start)
-                    & (attempts["submitted_at"] < day)].reset_index(drop=True)
-    day_rows = attempts[attempts["submitted_at"] >= day].reset_index(drop=True)
-    return EvalDay(day, wm.artifact, past, day_rows, wm.eval_jobs, np.exp(wm.eval_pred_log),
-                   f"trained on {window_start:%Y-%m-%d}..{day - _DAY:%Y-%m-%d}")

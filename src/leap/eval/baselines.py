@@ -22,40 +22,15 @@ import pandas as pd
 
 from leap import metrics
 from leap.catalog import Catalog
+from leap.data.usage import device_hours, usable_mask
 from leap.errors import DataError, ModelError
 
 #: The lookup table's key: the exact job configuration and the hardware.
 LOOKUP_KEY: tuple[str, ...] = ("family_id", "hardware", "trainer_count", "batch_size")
 
 
-def gpu_hours(jobs: pd.DataFrame) -> np.ndarray:
-    """Device-hours of each attempt: ``duration_hours x trainer_count x devices_per_trainer``.
-
-    Missing ``duration_hours`` counts as 0 hours and missing ``devices_per_trainer`` as 1.
-
-    Examples
-    --------
-    >>> gpu_hours(pd.DataFrame({"trainer_count": [2, 1], "devices_per_trainer": [8, None],
-    ...                         "duration_hours": [1.5, 4.0]})).tolist()
-    [24.0, 4.0]
-    """
-    return job_devices(jobs) * _column(jobs, "duration_hours", 0.0)
-
-
-def job_devices(jobs: pd.DataFrame) -> np.ndarray:
-    """Devices of each job: ``trainer_count x devices_per_trainer`` (missing: 1 per trainer).
-
-    >>> job_devices(pd.DataFrame({"trainer_count": [2, 3], "devices_per_trainer": [8, None]}))
-    array([16.,  3.])
-    """
-    return _column(jobs, "trainer_count", 1.0) * _column(jobs, "devices_per_trainer", 1.0)
-
-
-def _column(jobs: pd.DataFrame, name: str, default: float) -> np.ndarray:
-    if name not in jobs.columns:
-        return np.full(len(jobs), default)
-    values = pd.to_numeric(jobs[name], errors="coerce").astype("float64").to_numpy()
-    return np.where(np.isfinite(values), values, default)
+#: Device-hours of each attempt (the one rule, :func:`leap.data.usage.device_hours`).
+gpu_hours = device_hours
 
 
 class LookupTable:
@@ -96,7 +71,7 @@ class LookupTable:
             raise DataError(f"lookup table: the attempts lack column(s) {', '.join(missing)}; "
                             "pass attempt rows as loaded from the store")
         tp = pd.to_numeric(attempts["throughput"], errors="coerce")
-        ok = attempts[(attempts["status"] == "succeeded") & (tp > 0)]
+        ok = attempts[usable_mask(attempts)]
         grouped = ok.assign(throughput=tp[ok.index]).groupby(list(self.keys), sort=True,
                                                               observed=True)["throughput"]
         table = pd.DataFrame({"median_throughput": grouped.median(), "count": grouped.size()})
@@ -224,7 +199,7 @@ class SpecRatioTransfer:
     def fit(self, attempts: pd.DataFrame) -> SpecRatioTransfer:
         """Remember each family's median samples/s per type (and per shape and type)."""
         tp = pd.to_numeric(attempts["throughput"], errors="coerce")
-        ok = attempts[(attempts["status"] == "succeeded") & (tp > 0)] \
+        ok = attempts[usable_mask(attempts)] \
             .assign(throughput=tp, hardware=lambda d: d["hardware"].astype(str),
                     family_id=lambda d: d["family_id"].astype(str))
         ok = ok[ok["hardware"].isin(set(self.catalog.names))]

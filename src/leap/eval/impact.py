@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
+from leap.data.usage import device_hours, job_devices
 from leap.errors import DataError
-from leap.eval.baselines import job_devices
 from leap.eval.ranking import (
     availability_rankings,
     eligible_names,
@@ -80,10 +80,6 @@ def day_problem(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[
         Prices.
     names : sequence of str
         The types (columns); must include every attempt's recorded type.
-
-    Examples
-    --------
-    >>> # problem, tp = day_problem(fleet, day, eligible_names(fleet, day, names), cat, names)
     """
     index = {n: i for i, n in enumerate(names)}
     recorded = jobs["hardware"].astype(str).tolist()
@@ -99,24 +95,22 @@ def day_problem(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[
         for name, v in row.items():
             tp[j, index[name]] = v
     devices = job_devices(jobs)
-    hours = np.nan_to_num(pd.to_numeric(jobs["duration_hours"], errors="coerce")
-                          .astype("float64").to_numpy()) if "duration_hours" in jobs.columns \
-        else np.zeros(n)
+    booked = device_hours(jobs)
     rows = np.arange(n)
     tp_home = tp[rows, home]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = tp_home[:, None] / tp
     ok = np.isfinite(ratio) & (ratio > 0)
-    demand = np.where(ok, (devices * hours)[:, None] * np.where(ok, ratio, 1.0), np.inf)
+    demand = np.where(ok, booked[:, None] * np.where(ok, ratio, 1.0), np.inf)
     # Home is always allowed; an attempt that could not run at home (NaN) stays home.
-    demand[rows, home] = devices * hours
+    demand[rows, home] = booked
     demand[~np.isfinite(tp_home)] = np.inf
-    demand[rows, home] = devices * hours
+    demand[rows, home] = booked
     price = np.array([costs[nm].cost_per_device_hour for nm in names], dtype=np.float64)
     day = fleet.day_of(jobs["submitted_at"].to_numpy()[:1])[0] if n else 0
     cap = dict(zip(fleet.hardware_names, fleet.capacity_device_hours(int(day)), strict=True))
     capacity = np.array([cap.get(nm, 0.0) for nm in names])
-    used = np.bincount(home, devices * hours, minlength=t)
+    used = np.bincount(home, booked, minlength=t)
     # A hair above what history used, so that float sums replay it exactly.
     budget = np.maximum(capacity, used * (1 + 1e-9) + 1e-9)
     return DayProblem(names=tuple(names), home=home, devices=devices, demand=demand,
@@ -143,13 +137,7 @@ class DayArms:
 def replay_day(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalog, *,
                advice_depth: int | None = 3, delay_cost_weight: float = 1.0,
                aware_arm: bool = True) -> DayArms:
-    """Replay one day's attempts in every arm (see the module docstring).
-
-    Examples
-    --------
-    >>> # d = replay_day(Ranker(art), fleet, day_attempts, art.catalog)
-    >>> # d.placements["leap"].kind
-    """
+    """Replay one day's attempts in every arm (see the module docstring)."""
     from leap.eval.ranking import oracle_order, true_values
 
     jobs = jobs.sort_values(["submitted_at", "attempt_id"], kind="stable").reset_index(drop=True)
@@ -206,12 +194,7 @@ class ArmCosts:
 
 def replay_costs(problem: DayProblem, placed: Replay, *, delay_cost_weight: float = 1.0
                  ) -> ArmCosts:
-    """Cost per attempt of one replay (see the module docstring of :mod:`leap.eval.replay`).
-
-    Examples
-    --------
-    >>> # c = replay_costs(d.problem, d.placements["leap"]); c.total.sum()
-    """
+    """Cost per attempt of one replay (see the module docstring of :mod:`leap.eval.replay`)."""
     rows = np.arange(len(problem.home))
     cost = problem.cost[rows, placed.hardware]
     delay = delay_cost_weight * problem.devices * problem.price[problem.home] \
@@ -223,12 +206,7 @@ def replay_costs(problem: DayProblem, placed: Replay, *, delay_cost_weight: floa
 
 def optimum_costs(problem: DayProblem, opt: Optimum, *, delay_cost_weight: float = 1.0
                   ) -> ArmCosts:
-    """Per-attempt (expected, for fractional shares) cost of the optimum.
-
-    Examples
-    --------
-    >>> # optimum_costs(d.problem, d.optimum).total.sum()  == d.optimum.cost (to rounding)
-    """
+    """Per-attempt (expected, for fractional shares) cost of the optimum."""
     n = len(problem.home)
     rows = np.arange(n)
     cost_m = np.where(np.isfinite(problem.cost), problem.cost, 0.0)
@@ -275,10 +253,6 @@ def impact_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalo
         ``headline`` (the optimum's saving, each arm's saving and share of it, coverage and
         first-choice shares beside the paper's), per arm its totals, ``parts`` by placement
         kind, ``top_contributors``, ``trimmed``, ``bands`` and ``per_day``; the definitions.
-
-    Examples
-    --------
-    >>> # impact_study(Ranker(wm.artifact), Fleet.from_store(store), day_attempts, catalog)
     """
     if len(jobs) == 0:
         raise DataError("no attempts to replay; pick days the store has (see `leap stats`)")
@@ -307,12 +281,7 @@ def impact_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalo
 
 def arm_costs_by_day(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0
                      ) -> dict[str, list[ArmCosts]]:
-    """Per arm, the per-attempt costs of each day (the optimum's expected ones).
-
-    Examples
-    --------
-    >>> # arm_costs_by_day(days)["leap"][0].total.sum()
-    """
+    """Per arm, the per-attempt costs of each day (the optimum's expected ones)."""
     arms: dict[str, list[ArmCosts]] = {}
     for d in days:
         for name, placed in d.placements.items():
@@ -325,12 +294,7 @@ def arm_costs_by_day(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0
 
 def summarize(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0,
               advice_depth: int | None = 3) -> dict[str, Any]:
-    """The study's JSON-ready figures from replayed days (see :func:`impact_study`).
-
-    Examples
-    --------
-    >>> # summarize([replay_day(ranker, fleet, day, catalog)])["headline"]
-    """
+    """The study's JSON-ready figures from replayed days (see :func:`impact_study`)."""
     costs = arm_costs_by_day(days, delay_cost_weight=delay_cost_weight)
     base = np.concatenate([d.problem.baseline_cost for d in days])
     gpu_h = np.concatenate([d.problem.demand[np.arange(len(d.problem.home)), d.problem.home]
@@ -523,12 +487,7 @@ def _herding(days: Sequence[DayArms], arm: str) -> dict[str, Any]:
 
 def top_choice_table(study: Mapping[str, Any], arms: Sequence[str] = ARMS
                      ) -> list[dict[str, Any]]:
-    """Flat rows (one per arm) of the headline impact numbers, for tables and plots.
-
-    Examples
-    --------
-    >>> # for row in top_choice_table(study): print(row["arm"], row["cost_change"])
-    """
+    """Flat rows (one per arm) of the headline impact numbers, for tables and plots."""
     rows = []
     for name in arms:
         if name not in study["arms"]:

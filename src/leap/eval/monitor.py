@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from leap.data.store import Store
+from leap.data.usage import device_hours
 from leap.metrics import TOLERANCE
 from leap.rank.decisions import read_decisions
 
@@ -132,8 +133,7 @@ def _share(mask: np.ndarray, weights: np.ndarray | None = None) -> float | None:
 
 def day_figures(j: pd.DataFrame, decisions_today: pd.DataFrame) -> dict[str, Any]:
     """The figures of one day from :func:`join_outcomes` rows (see the module docstring)."""
-    devices = j["trainer_count"].astype(float) * j["devices_per_trainer"].fillna(1).astype(float)
-    gh = (devices * j["duration_hours"].astype(float)).fillna(0.0).to_numpy()
+    gh = device_hours(j)
     matched = j["decision_id"].notna().to_numpy()
     covered = matched & (j["n_ranked"].fillna(0).to_numpy() > 0)
     pos = j["position"].to_numpy(dtype=float)
@@ -192,10 +192,6 @@ def monitor(store_path: Path, decisions_file: Path, *, start: datetime | None = 
     Returns
     -------
     MonitorReport
-
-    Examples
-    --------
-    >>> # report = monitor(ws.store_path, decisions_path(ws.home)); report.latest["within_20"]
     """
     dec, ent = read_decisions(decisions_file)
     window_min = match_window.total_seconds() / 60.0

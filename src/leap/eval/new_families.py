@@ -34,7 +34,9 @@ import pandas as pd
 from leap import metrics
 from leap.arch import SUMMARY_COLUMNS
 from leap.catalog import Catalog
+from leap.data.usage import device_hours
 from leap.errors import ConfigError
+from leap.eval.params import ParamError
 from leap.model.train import (
     TrainConfig,
     WindowModel,
@@ -70,7 +72,7 @@ def choose_left_out(past: pd.DataFrame, held: pd.DataFrame, *, type_share: float
     (1, True)
     """
     if not 0 < type_share < 1:
-        raise ConfigError(f"--type-share must be between 0 and 1, got {type_share}")
+        raise ParamError(f"{{type_share}} must be between 0 and 1, got {type_share}")
     seen_types = set(past["model_type"].unique())
     candidates = sorted(t for t in held["model_type"].unique() if t in seen_types)
     if len(candidates) < 2:
@@ -95,10 +97,7 @@ def _block(pred: np.ndarray, jobs: pd.DataFrame) -> dict[str, float]:
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     hours = None
     if "duration_hours" in jobs.columns:
-        devices = jobs["trainer_count"].to_numpy(dtype=np.float64) * jobs.get(
-            "devices_per_trainer", pd.Series(1, index=jobs.index)).fillna(1).to_numpy(
-            dtype=np.float64)
-        hours = jobs["duration_hours"].fillna(0).to_numpy(dtype=np.float64) * devices
+        hours = device_hours(jobs)
     out = metrics.summary(pred, actual, hours)
     # The sign of the miss: MdAPE caps an under-prediction at 100% but not an over-prediction,
     # so a model that predicts ~0 can "beat" one that predicts 2x on MdAPE alone.
@@ -169,11 +168,6 @@ def new_families_study(store: Any, catalog: Catalog, cfg: TrainConfig | None = N
         ``held_out_with_prior``, ``held_out_without_prior``, ``drop_points``,
         ``prior_recovers_points``), per category for the groups, ``new_on_the_day`` (the
         families new to both models) and the wall time of each step.
-
-    Examples
-    --------
-    >>> # out = new_families_study(store, Catalog.default(), as_of=datetime(2026, 1, 31))
-    >>> # out["model_type_groups"]["drop_points"], out["single_family"]["drop_points"]
     """
     from leap.eval.backtest import last_full_day
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from leap.errors import ConfigError
+from leap.eval.params import ParamError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -65,8 +66,8 @@ class Parallel:
                 or self.workers < 1:
             raise ConfigError(f"workers must be a whole number >= 1, got {self.workers!r}")
         if self.dask is not None and self.dask != "local" and "://" not in self.dask:
-            raise ConfigError(f"--dask must be 'local' or a scheduler address like "
-                              f"tcp://10.0.0.5:8786, got {self.dask!r}")
+            raise ParamError(f"{{dask}} must be 'local' or a scheduler address like "
+                             f"tcp://10.0.0.5:8786, got {self.dask!r}")
 
     @property
     def backend(self) -> str:
@@ -138,8 +139,8 @@ class _dask_client:
         try:
             from dask.distributed import Client, LocalCluster
         except ImportError as exc:  # an optional extra in some installs
-            raise ConfigError(f"--dask needs dask[distributed] ({exc}); pip install "
-                              "'dask[distributed]'") from None
+            raise ParamError(f"{{dask}} needs dask[distributed] ({exc}); pip install "
+                             "'dask[distributed]'") from None
         if self.address == "local":
             # One task per worker process: each task already runs LightGBM's own threads.
             self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
@@ -150,9 +151,9 @@ class _dask_client:
             try:
                 self.client = Client(self.address, timeout="20s")
             except OSError as exc:
-                raise ConfigError(f"cannot reach the Dask scheduler at {self.address} "
-                                  f"({exc}); start one with `dask scheduler` or use --dask "
-                                  "local") from None
+                raise ParamError(f"cannot reach the Dask scheduler at {self.address} "
+                                 f"({exc}); start one with `dask scheduler` or use {{dask}} "
+                                 "local") from None
         return self.client
 
     def __exit__(self, *exc: object) -> None:

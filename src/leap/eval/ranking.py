@@ -41,15 +41,20 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.data.schema import JOB_COLUMNS
+from leap.data.usage import device_hours, job_devices
 from leap.errors import DataError
 from leap.eval.baselines import (
     cheapest_order,
     family_usage,
     fastest_peak_order,
-    gpu_hours,
-    job_devices,
     most_used_order,
 )
+from leap.eval.rank_quality import order_quality, random_quality, summarize_quality
+
+__all__ = ["METHODS", "TRUTHS", "availability_rankings", "eligible_names", "job_requests",
+           "leap_rankings", "oracle_order", "order_quality", "pick_overprediction",
+           "policy_values", "prediction_vs_truth", "random_quality", "ranking_study",
+           "summarize_quality", "true_throughputs", "true_values", "unfiltered"]
 
 if TYPE_CHECKING:
     from leap.rank.ranker import Ranker, RankResult
@@ -63,7 +68,6 @@ METHODS: tuple[str, ...] = ("leap", "leap_risk_neutral", "leap_risk_averse",
 #: ranker's premium rule keeps on the TRUE figures: what a user who set that rule asked for)
 #: and ``all_types`` (the best true value of any eligible type, premium rule ignored).
 TRUTHS: tuple[str, ...] = ("policy", "all_types")
-_TIE = 1e-9
 #: The oracle needs these job columns (the rest of the shape comes from the family).
 _SHAPE_COLUMNS = ("family_id", "trainer_count", "batch_size", "precision",
                   "devices_per_trainer", "tensor_parallel", "pipeline_parallel")
@@ -117,10 +121,6 @@ def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Seque
     -------
     list of RankResult
         One per job, in order (failures are empty rankings with a reason, never raised).
-
-    Examples
-    --------
-    >>> # results = leap_rankings(Ranker(wm.artifact), day_jobs, [["L4", "H100-SXM"]] * n)
     """
     if len(candidates) != len(jobs):
         raise DataError(f"got {len(candidates)} candidate lists for {len(jobs)} jobs; pass one "
@@ -155,11 +155,6 @@ def availability_rankings(ranker: Ranker, jobs: pd.DataFrame,
     fold (:func:`leap.rank.ranker.fold_availability`, the last step of
     ``Ranker.rank(..., free_devices=)``) is applied to them: the same answer without predicting
     again. Without, the ranker is called, once per request and set of full types.
-
-    Examples
-    --------
-    >>> # rank = availability_rankings(ranker, day_jobs, cands, leap_rankings(...))
-    >>> # rank(0, {"A40": 0.0, "L4": 64.0}).ranking[0].hardware  -> 'L4'
     """
     from leap.rank.ranker import fold_availability
 
@@ -194,12 +189,7 @@ def _no_candidates() -> RankResult:
 
 
 def unfiltered(ranker: Ranker, costs: Catalog) -> Ranker:
-    """The same ranker with the premium filter switched off (every premium type kept).
-
-    Examples
-    --------
-    >>> # plain = unfiltered(Ranker(artifact), artifact.catalog)
-    """
+    """The same ranker with the premium filter switched off (every premium type kept)."""
     premium = [n for n in costs if costs[n].premium]
     return ranker.with_options(min_utilization=dict.fromkeys(premium, 0.0),
                                min_speedup=dict.fromkeys(premium, 1e-12))
@@ -207,13 +197,7 @@ def unfiltered(ranker: Ranker, costs: Catalog) -> Ranker:
 
 # The oracle -----------------------------------------------------------------------------------
 def eligible_names(fleet: Fleet, jobs: pd.DataFrame, known: Sequence[str]) -> list[list[str]]:
-    """Each job's eligible types (oracle: fits its shape and available that day) in ``known``.
-
-    Examples
-    --------
-    >>> # eligible_names(Fleet.from_store(store), day_attempts, list(catalog))[0]
-    >>> # -> ['A10', 'A100-PCIe-40GB', ...]
-    """
+    """Each job's eligible types (oracle: fits its shape and available that day) in ``known``."""
     names = list(fleet.hardware_names)
     ok = fleet.eligible(_shape_frame(jobs), jobs["submitted_at"].to_numpy())
     keep = np.array([n in set(known) for n in names])
@@ -223,12 +207,7 @@ def eligible_names(fleet: Fleet, jobs: pd.DataFrame, known: Sequence[str]) -> li
 
 def true_throughputs(fleet: Fleet, jobs: pd.DataFrame,
                      candidates: Sequence[Sequence[str]]) -> list[dict[str, float]]:
-    """True median samples/s of each job on each of its candidates (NaN: it would not run).
-
-    Examples
-    --------
-    >>> # true_throughputs(fleet, jobs, [["L4", "H100-SXM"]])  -> [{'L4': 41.0, ...}]
-    """
+    """True median samples/s of each job on each of its candidates (NaN: it would not run)."""
     counts = np.array([len(c) for c in candidates], dtype=np.int64)
     rows = np.repeat(np.arange(len(jobs)), counts)
     flat = [n for c in candidates for n in c]
@@ -250,11 +229,6 @@ def true_values(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[
     """True value (samples per unit cost) of each job on each of its candidates.
 
     NaN true throughput (the job would not run there) gives value 0.
-
-    Examples
-    --------
-    >>> # true_values(fleet, jobs, [["L4", "H100-SXM"]], Catalog.default())
-    >>> # -> [{'L4': 8.1e5, 'H100-SXM': 6.0e5}]
     """
     devices = job_devices(jobs)
     out = []
@@ -269,10 +243,6 @@ def policy_values(ranker: Ranker, jobs: pd.DataFrame, truth: Sequence[Mapping[st
     """``values`` with every premium type the ranker's premium rule leaves out, applied to
     the true throughput (true MFU, or the true speed-up over the fastest non-premium
     candidate when the job has no ``flops_per_sample``), set to 0.
-
-    Examples
-    --------
-    >>> # policy_values(ranker, jobs, true_throughputs(...), true_values(...))
     """
     serving = ranker.serving
     if serving is None:
@@ -315,106 +285,6 @@ def _shape_frame(jobs: pd.DataFrame) -> pd.DataFrame:
     return jobs[[c for c in _SHAPE_COLUMNS if c in jobs.columns]].reset_index(drop=True)
 
 
-# Metrics --------------------------------------------------------------------------------------
-def _discounts(n: int) -> np.ndarray:
-    return 1.0 / np.log2(np.arange(n) + 2.0)
-
-
-def order_quality(order: Sequence[str], values: Mapping[str, float]) -> dict[str, float]:
-    """Top-1 agreement, value regret and NDCG of one ordered list against true values.
-
-    Parameters
-    ----------
-    order : sequence of str
-        The method's list, best first (may leave candidates out; unknown names are an error).
-    values : mapping of str to float
-        True value of every candidate (>= 0; NaN is treated as 0).
-
-    Returns
-    -------
-    dict
-        ``top1`` (1.0 or 0.0), ``regret`` and ``ndcg``; all NaN when the list is empty or no
-        candidate has a positive value.
-
-    Examples
-    --------
-    >>> v = {"A": 10.0, "B": 5.0, "C": 2.0}
-    >>> order_quality(["B", "A", "C"], v)["regret"]
-    0.5
-    >>> round(order_quality(["B", "A", "C"], v)["ndcg"], 4)
-    0.8696
-    """
-    clean = {k: (float(x) if np.isfinite(x) and x > 0 else 0.0) for k, x in values.items()}
-    unknown = [n for n in order if n not in clean]
-    if unknown:
-        raise DataError(f"ranked type(s) {unknown} are not among the candidates "
-                        f"{sorted(clean)}")
-    best = max(clean.values(), default=0.0)
-    if not order or best <= 0:
-        return {"top1": math.nan, "regret": math.nan, "ndcg": math.nan}
-    pick = clean[order[0]]
-    rel = np.array([clean[n] / best for n in order])
-    ideal = np.sort(np.array(list(clean.values())) / best)[::-1]
-    dcg = float((rel * _discounts(len(rel))).sum())
-    idcg = float((ideal * _discounts(len(ideal))).sum())
-    return {"top1": float(pick >= best * (1.0 - _TIE)), "regret": float(1.0 - pick / best),
-            "ndcg": dcg / idcg}
-
-
-def random_quality(values: Mapping[str, float]) -> dict[str, float]:
-    """Expected top-1, regret and NDCG of a uniformly random order (exact, not sampled).
-
-    Examples
-    --------
-    >>> random_quality({"A": 10.0, "B": 5.0})["top1"], random_quality({"A": 10.0, "B": 5.0})[
-    ...     "regret"]
-    (0.5, 0.25)
-    """
-    v = np.array([float(x) if np.isfinite(x) and x > 0 else 0.0 for x in values.values()])
-    if len(v) == 0 or v.max() <= 0:
-        return {"top1": math.nan, "regret": math.nan, "ndcg": math.nan}
-    rel = v / v.max()
-    disc = _discounts(len(v))
-    # Each type lands on each position with probability 1/n.
-    expected_dcg = float(rel.sum() * disc.mean())
-    idcg = float((np.sort(rel)[::-1] * disc).sum())
-    return {"top1": float((rel >= 1.0 - _TIE).mean()), "regret": float((1.0 - rel).mean()),
-            "ndcg": expected_dcg / idcg}
-
-
-def summarize_quality(per_job: Sequence[Mapping[str, float]],
-                      weights: np.ndarray | None = None) -> dict[str, float]:
-    """Means of top-1, regret and NDCG over jobs (NaN rows skipped), plus regret quantiles.
-
-    ``weights`` (e.g. GPU-hours) add ``*_gpu_hours`` weighted means of top-1 and regret.
-
-    Examples
-    --------
-    >>> s = summarize_quality([{"top1": 1.0, "regret": 0.0, "ndcg": 1.0},
-    ...                        {"top1": 0.0, "regret": 0.5, "ndcg": 0.5}], np.array([1.0, 3.0]))
-    >>> s["top1_agreement"], s["mean_regret"], s["mean_regret_gpu_hours"]
-    (0.5, 0.25, 0.375)
-    """
-    top1 = np.array([q["top1"] for q in per_job], dtype=np.float64)
-    regret = np.array([q["regret"] for q in per_job], dtype=np.float64)
-    ndcg = np.array([q["ndcg"] for q in per_job], dtype=np.float64)
-    ok = np.isfinite(regret)
-    out: dict[str, float] = {"n": float(ok.sum())}
-    if not ok.any():
-        return out | {"top1_agreement": math.nan, "mean_regret": math.nan,
-                      "median_regret": math.nan, "p90_regret": math.nan, "mean_ndcg": math.nan}
-    out |= {"top1_agreement": float(top1[ok].mean()), "mean_regret": float(regret[ok].mean()),
-            "median_regret": float(np.median(regret[ok])),
-            "p90_regret": float(np.quantile(regret[ok], 0.9)),
-            "mean_ndcg": float(ndcg[ok].mean())}
-    if weights is not None:
-        w = np.nan_to_num(np.asarray(weights, dtype=np.float64))[ok]
-        if w.sum() > 0:
-            out["top1_agreement_gpu_hours"] = float((w * top1[ok]).sum() / w.sum())
-            out["mean_regret_gpu_hours"] = float((w * regret[ok]).sum() / w.sum())
-    return out
-
-
 # The study ------------------------------------------------------------------------------------
 def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.DataFrame,
                   costs: Catalog, *, sample: int = 1000, seed: int = 0,
@@ -443,10 +313,6 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
         ``methods``: per method the summary of :func:`summarize_quality`; ``leap_coverage``
         (share of sampled jobs LEAP ranked), ``n_sampled``, ``candidates_median``,
         ``best_type_share`` (which types the oracle picks most) and the definitions.
-
-    Examples
-    --------
-    >>> # ranking_study(Ranker(wm.artifact), Fleet.from_store(store), day, window, catalog)
     """
     model_known = set(ranker.serving.artifact.catalog) if ranker.serving else set(costs)
     known = [n for n in fleet.hardware_names if n in costs and n in model_known]
@@ -477,7 +343,7 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
                       for c, f in zip(cands, picked["family_id"], strict=True)],
     }
     ranked = np.array([len(o) > 0 for o in orders["leap"]], dtype=bool)
-    hours = gpu_hours(picked)
+    hours = device_hours(picked)
     truths = {"policy": policy_values(ranker, picked, truth, values), "all_types": values}
     by_truth: dict[str, dict[str, dict[str, float]]] = {}
     regrets: dict[str, list[float]] = {}
@@ -543,10 +409,6 @@ def prediction_vs_truth(results: Sequence[RankResult],
     pools ``with_hardware_history`` (seen configuration or pair) and
     ``without_hardware_history`` (types the family never ran on, and new families): the
     second is what a ranking must predict.
-
-    Examples
-    --------
-    >>> # prediction_vs_truth(leap_rankings(ranker, jobs, cands), true_throughputs(...))
     """
     from leap import metrics
 
