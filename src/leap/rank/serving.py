@@ -49,8 +49,18 @@ class Serving:
         return self.artifact.version
 
     @classmethod
-    def prepare(cls, artifact: Artifact) -> Serving:
-        """Build the per-model caches (hardware specs, feature column positions)."""
+    def prepare(cls, artifact: Artifact, *, compiled: bool | None = None,
+                wait: bool = False) -> Serving:
+        """Build the per-model caches (hardware specs, feature column positions).
+
+        ``compiled`` chooses how the artifact's boosters are scored
+        (:mod:`leap.model.compiled`): ``None`` uses compiled code already cached beside the
+        artifact (checked against LightGBM; cheap), ``True`` also compiles it when missing,
+        in a background thread unless ``wait`` (LightGBM scores meanwhile, with the same
+        predictions), ``False`` always scores with LightGBM.
+        """
+        if compiled is not False:
+            _use_compiled(artifact, build=bool(compiled), wait=wait)
         names = list(artifact.catalog)
         unknown = [n for n in artifact.spec.names if n not in FEATURE_NAMES]
         if unknown:
@@ -203,8 +213,8 @@ class ModelWatcher:
 class _Static:
     """A fixed artifact in place of a watcher (no reload)."""
 
-    def __init__(self, artifact: Artifact) -> None:
-        self._serving = Serving.prepare(artifact)
+    def __init__(self, artifact: Artifact, prepare: Callable[[Artifact], Serving]) -> None:
+        self._serving = prepare(artifact)
         self.error: str | None = None
         self.reloads = 1
         self.reload_failures = 0
@@ -226,3 +236,19 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
     return text if isinstance(exc, LeapError) else f"{type(exc).__name__}: {text}"
 
+
+def _use_compiled(artifact: Artifact, *, build: bool, wait: bool) -> None:
+    from leap.model.compiled import COMPILED_DIR, compile_artifact
+
+    cached = artifact.path is not None and (artifact.path / COMPILED_DIR).is_dir()
+    if not build:
+        if cached:  # otherwise not even lleaves is imported
+            compile_artifact(artifact, build=False)
+        return
+    if wait:
+        compile_artifact(artifact, build=True)
+        return
+    if cached and compile_artifact(artifact, build=False) == "compiled":
+        return
+    threading.Thread(target=compile_artifact, args=(artifact,), kwargs={"build": True},
+                     name=f"leap-compile-{artifact.version}", daemon=True).start()
