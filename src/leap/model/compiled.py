@@ -18,12 +18,15 @@ compiler versions and the CPU; a key that does not match is compiled again.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +106,8 @@ def _key(text: str) -> str:
 
     h = hashlib.sha256(text.encode())
     h.update(f"|lleaves {version('lleaves')}|llvmlite {version('llvmlite')}|"
-             f"inline {INLINE}|{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}".encode())
+             f"inline {INLINE}|{llvm.get_host_cpu_name()}|"
+             f"{llvm.get_host_cpu_features().flatten()}".encode())
     return h.hexdigest()
 
 
@@ -176,7 +180,9 @@ def _attach(artifact: Artifact, build: bool) -> str | None:
     from leap.model.artifact import probe_jobs
 
     folder = artifact.path / COMPILED_DIR if artifact.path is not None else None
-    with _LOCK:  # one compile at a time in this process (two reloads must not race)
+    # One compile at a time: in this process (two reloads) and across the processes of
+    # `leap serve --workers N` (a file lock), so the others load what the first compiled.
+    with _LOCK, _folder_lock(folder if build else None):
         index: dict[str, str] = {}
         if folder is not None and (folder / _INDEX).is_file():
             try:
@@ -192,7 +198,7 @@ def _attach(artifact: Artifact, build: bool) -> str | None:
             if compiled is None:
                 return "no compiled model cached beside the artifact (compile it first)"
             scorers[name] = compiled
-        if folder is not None and folder.is_dir():
+        if build and folder is not None and folder.is_dir():
             try:
                 part = folder / f".{_INDEX}.{os.getpid()}.tmp"
                 part.write_text(json.dumps(index, indent=1))
@@ -218,6 +224,24 @@ def _attach(artifact: Artifact, build: bool) -> str | None:
         set_scorers(artifact.model, {})
         return f"compiled model differs from LightGBM by {diff:.3g} on the probe rows"
     return None
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path | None) -> Iterator[None]:
+    """An exclusive lock on ``folder`` (created) for the block; none when it is unwritable."""
+    handle = None
+    if folder is not None:
+        try:
+            folder.mkdir(exist_ok=True)
+            handle = (folder / ".lock").open("a")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            handle = None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.close()  # releases the lock
 
 
 def use_lightgbm(artifact: Artifact) -> None:
