@@ -31,7 +31,8 @@ def compiled_dir(trained_workspace: Workspace, tmp_path_factory: pytest.TempPath
     """A copy of the published artifact with its boosters compiled and cached (once)."""
     reg = Registry(trained_workspace.models_dir)
     dest = tmp_path_factory.mktemp("compiled") / "artifact"
-    shutil.copytree(reg.path(reg.latest_version() or ""), dest)
+    shutil.copytree(reg.path(reg.latest_version() or ""), dest,
+                    ignore=shutil.ignore_patterns(compiled.COMPILED_DIR))
     art = load_artifact(dest)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(compiled, "INLINE", False)  # the same code, compiled ~8x faster
@@ -77,7 +78,9 @@ def test_no_cache_without_build_stays_on_lightgbm(trained_workspace: Workspace,
                                                   tmp_path: Path) -> None:
     reg = Registry(trained_workspace.models_dir)
     dest = tmp_path / "artifact"
-    shutil.copytree(reg.path(reg.latest_version() or ""), dest)
+    # (a `leap serve` of another test may have compiled the shared fixture's model)
+    shutil.copytree(reg.path(reg.latest_version() or ""), dest,
+                    ignore=shutil.ignore_patterns(compiled.COMPILED_DIR))
     art = load_artifact(dest)
     status = compiled.compile_artifact(art, build=False)
     assert status.startswith("lightgbm: no compiled model cached")

@@ -330,7 +330,10 @@ def test_leap_serve_command(trained_workspace: Workspace, jobs: list[dict[str, A
         port = s.getsockname()[1]
     env = {**os.environ, "LEAP_TOKEN": "tok"}
     proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(trained_workspace.home),
-                             "serve", "--port", str(port), "--workers", str(workers)], env=env,
+                             # The shared fixture's model is not compiled (its cache would
+                             # change how every later test scores).
+                             "serve", "--port", str(port), "--workers", str(workers),
+                             "--no-compiled"], env=env,
                             stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
