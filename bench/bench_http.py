@@ -93,7 +93,8 @@ def start_server(home: Path, port: int, workers: int,
                              "--port", str(port), "--log-level", "warning",
                              "--workers", str(workers),
                              "--compiled" if compiled else "--no-compiled"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)  # its own group: stop() ends every worker
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -107,6 +108,18 @@ def start_server(home: Path, port: int, workers: int,
         time.sleep(0.2)
     proc.terminate()
     raise SystemExit("server did not become healthy within 120 s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the server: SIGTERM (it flushes its decision log), then SIGKILL to its group."""
+    import signal
+
+    proc.terminate()
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def summary(lat_ms: list[float], wall_s: float, errors: int, sent: int) -> dict[str, Any]:
@@ -279,8 +292,7 @@ def main() -> None:
                               max_requests=int(args.saturate * 2000)))
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
     finally:
-        proc.terminate()
-        proc.wait(20)
+        stop(proc)
     fail_open = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                     if line.startswith("leap_fail_open_total{"))
     print(f"open loop {args.rate:.0f} req/s x {args.duration:.0f} s ({steady['requests']:,} "
