@@ -6,6 +6,11 @@ through :meth:`leap.rank.ranker.Ranker.predict` (what ``POST /v1/predict`` and
 on the same rows, already in a frame, to show where the time goes. Prints the figures and
 writes bench/results/bench_predict.json.
 
+In one run it scores the rows with LightGBM and with compiled trees (:mod:`leap.model.compiled`,
+compiled once and cached beside the artifact, so ``--home`` must be writable), checks the two
+agree within 1e-9 relative, and times the encode and the model apart. Target (issue 15):
+200,000 rows/s.
+
     python bench/bench_predict.py [--home DIR] [--jobs 5000] [--repeat 3]
 """
 
@@ -18,11 +23,14 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rank import CANDIDATES, bench_workspace, recent_jobs, write_result
+
+TARGET_ROWS_PER_S = 200_000
 
 
 def main() -> None:
@@ -38,41 +46,58 @@ def main() -> None:
     from leap.rank.ranker import Ranker
 
     home = bench_workspace(args.home)
-    ranker = Ranker(Registry(home / "models"), background_reload=False)
-    serving = ranker.serving
-    if serving is None:
-        raise SystemExit(f"no model: {ranker.watcher.error}")
     pool = recent_jobs(home, args.jobs)
     jobs = [pool[i % len(pool)] for i in range(args.jobs)]
     rows = len(jobs) * len(CANDIDATES)
-
-    full_s: list[float] = []
-    for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        result = ranker.predict(jobs, CANDIDATES, strict=True)
-        full_s.append(time.perf_counter() - t0)
-        if result.reason is not None or len(result.frame) != rows:
-            raise SystemExit(f"prediction failed: {result.reason}")
     frame = expand_candidates(jobs_frame(jobs), CANDIDATES)
-    model_s: list[float] = []
-    for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        pred = serving.artifact.predict(frame)
-        model_s.append(time.perf_counter() - t0)
-    assert np.all(np.isfinite(pred))
-    best, best_model = min(full_s), min(model_s)
-    print(f"batch prediction, {rows:,} rows ({len(jobs):,} jobs x {len(CANDIDATES)} types), "
-          f"model {serving.version} ({serving.artifact.model.kind}), best of {args.repeat}:")
-    print(f"  Ranker.predict (records -> rows -> encode -> model): {best:.2f} s = "
-          f"{rows / best:,.0f} rows/s")
-    print(f"  encode + model on a ready frame                      : {best_model:.2f} s = "
-          f"{rows / best_model:,.0f} rows/s")
-    out = {"bench": "predict", "at": datetime.now(UTC).isoformat(),
-           "machine": platform.machine(), "cpus": os.cpu_count(),
-           "load_avg_1m": os.getloadavg()[0], "rows": rows, "jobs": len(jobs),
-           "candidates": len(CANDIDATES), "model_version": serving.version,
-           "ranker_predict_s": full_s, "ranker_rows_per_s": rows / best,
-           "artifact_predict_s": model_s, "artifact_rows_per_s": rows / best_model}
+    out: dict[str, Any] = {"bench": "predict", "at": datetime.now(UTC).isoformat(),
+                           "machine": platform.machine(), "cpus": os.cpu_count(), "rows": rows,
+                           "jobs": len(jobs), "candidates": len(CANDIDATES)}
+    preds: dict[str, np.ndarray] = {}
+    for name, mode in (("lightgbm", False), ("compiled", True)):
+        ranker = Ranker(Registry(home / "models"), background_reload=False, compiled=False)
+        serving = ranker.serving
+        if serving is None:
+            raise SystemExit(f"no model: {ranker.watcher.error}")
+        if mode:
+            from leap.model.compiled import compile_artifact
+
+            if compile_artifact(serving.artifact, build=True) != "compiled":
+                raise SystemExit(f"not compiled: {serving.artifact.extra['scoring']}")
+        full_s: list[float] = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            result = ranker.predict(jobs, CANDIDATES, strict=True)
+            full_s.append(time.perf_counter() - t0)
+            if result.reason is not None or len(result.frame) != rows:
+                raise SystemExit(f"prediction failed: {result.reason}")
+        preds[name] = result.frame["predicted_throughput"].to_numpy()
+        enc_s, model_s = [], []
+        art = serving.artifact
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            X = art.encode_full(frame)
+            t1 = time.perf_counter()
+            art.predict_encoded(X)
+            enc_s.append(t1 - t0)
+            model_s.append(time.perf_counter() - t1)
+        best = min(full_s)
+        out[name] = {"ranker_predict_s": full_s, "ranker_rows_per_s": rows / best,
+                     "encode_s": min(enc_s), "model_s": min(model_s),
+                     "model_rows_per_s": rows / min(model_s)}
+        print(f"{name:>9}: Ranker.predict of {rows:,} rows ({len(jobs):,} jobs x "
+              f"{len(CANDIDATES)} types), best of {args.repeat}: {best:.2f} s = "
+              f"{rows / best:,.0f} rows/s (encode {min(enc_s):.2f} s, model "
+              f"{min(model_s):.2f} s = {rows / min(model_s):,.0f} rows/s)")
+        out["model_version"] = serving.version
+    diff = float(np.max(np.abs(preds["compiled"] - preds["lightgbm"]) / preds["lightgbm"]))
+    out["max_rel_diff"] = diff
+    out["target_rows_per_s"] = TARGET_ROWS_PER_S
+    out["target_met"] = out["compiled"]["ranker_rows_per_s"] >= TARGET_ROWS_PER_S
+    out["load_avg_1m"] = os.getloadavg()[0]
+    print(f"compiled vs LightGBM: max relative difference {diff:.2e}; target "
+          f"{TARGET_ROWS_PER_S:,} rows/s: {'met' if out['target_met'] else 'MISSED'} (load "
+          f"average {out['load_avg_1m']:.2f} on {os.cpu_count()} cores)")
     write_result("bench_predict", out)
 
 

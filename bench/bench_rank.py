@@ -1,12 +1,17 @@
 """Benchmark: in-process ranking of one job over 20 candidate types (warm), p50/p99 latency.
 
-Target (issue 4): p99 < 5 ms. Uses the published model of ``--home`` when given, else builds
+Target (issue 15): p99 <= 1 ms. Uses the published model of ``--home`` when given, else builds
 (once, cached under bench/results/ws-bench-*) a simulated fleet and a cascade model. Jobs are
-recent attempts of the store (real families, so history lookups hit). Also reports the median
-of each stage (encode, model) and of the same encode fed from a DataFrame.
+recent attempts of the store (real families, so history lookups hit). In one run it times
+three rankers on the same jobs: the ranker of the commit this branch started from (git
+merge-base with main: "before"), today's ranker scoring with LightGBM, and with compiled trees
+(:mod:`leap.model.compiled`; compiled once and cached beside the artifact, so ``--home`` must
+be writable: copy a store you must not change). Then the equality check: ``--equal`` jobs
+ranked by "before" and by the compiled ranker must give the same order, exclusions and
+predictions within 1e-9 relative. Also the median of each stage (encode, model).
 Prints the figures and writes bench/results/bench_rank.json.
 
-    python bench/bench_rank.py [--home DIR] [--calls 3000]
+    python bench/bench_rank.py [--home DIR] [--calls 3000] [--equal 10000]
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import os
 import platform
 import shutil
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +30,8 @@ from typing import Any
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
-TARGET_P99_MS = 5.0
+TARGET_P99_MS = 1.0
+EQUAL_RTOL = 1e-9
 CANDIDATES = ["V100-SXM2-32GB", "T4", "A10G", "A10", "L4", "L40S", "A100-PCIe-40GB",
               "A100-SXM4-80GB", "H100-PCIe", "H100-SXM", "H100-NVL", "H200", "B200", "MI250X",
               "MI300X", "Gaudi2", "Gaudi3", "TPU-v5e", "TPU-v5p", "Trainium2"]
@@ -150,10 +157,58 @@ def time_stages(serving: Any, jobs: list[dict[str, Any]], calls: int) -> dict[st
             "encode_dataframe_path_ms": float(np.median(frame_path) * 1e3)}
 
 
+def ranker_before(home: Path) -> Any:
+    """The Ranker of the commit this branch started from, loaded from git (today's path)."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    repo = Path(__file__).resolve().parents[1]
+    base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    text = subprocess.run(["git", "show", f"{base}:src/leap/rank/ranker.py"], cwd=repo,
+                          check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="leap-bench-")) / "ranker_before.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("ranker_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ranker_before"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    from leap.model.artifact import Registry
+
+    print(f"'before' is src/leap/rank/ranker.py of {base[:10]}")
+    return module.Ranker(Registry(home / "models"), background_reload=False), base
+
+
+def check_equal(before: Any, after: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Same order, exclusions and predictions (within EQUAL_RTOL) on every job."""
+    worst, mismatches = 0.0, []
+    for i, job in enumerate(jobs):
+        a, b = before.rank(job, CANDIDATES), after.rank(job, CANDIDATES)
+        same = ([r.hardware for r in a.ranking] == [r.hardware for r in b.ranking]
+                and [(e.hardware, e.reason) for e in a.excluded]
+                == [(e.hardware, e.reason) for e in b.excluded] and a.reason == b.reason)
+        for x, y in zip(a.ranking, b.ranking, strict=False):
+            for u, v in ((x.predicted_throughput, y.predicted_throughput),
+                         (x.throughput_p10, y.throughput_p10),
+                         (x.throughput_p90, y.throughput_p90)):
+                if u is not None and v is not None:
+                    worst = max(worst, abs(u - v) / abs(u))
+                elif u != v:
+                    same = False
+        if not same and len(mismatches) < 5:
+            mismatches.append(i)
+    return {"jobs": len(jobs), "identical_order": not mismatches,
+            "max_rel_diff": worst, "mismatched_jobs": mismatches,
+            "equal": not mismatches and worst <= EQUAL_RTOL}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path, default=None, help="workspace with a published model")
     ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--equal", type=int, default=10_000, help="jobs for the equality check")
     ap.add_argument("--per-day", type=int, default=4000, help="simulated attempts per day")
     ap.add_argument("--days", type=int, default=12)
     args = ap.parse_args()
@@ -162,35 +217,53 @@ def main() -> None:
     from leap.rank.ranker import Ranker
 
     home = bench_workspace(args.home, per_day=args.per_day, days=args.days)
-    ranker = Ranker(Registry(home / "models"), background_reload=False)
-    serving = ranker.serving
+    t0 = time.perf_counter()
+    fast = Ranker(Registry(home / "models"), background_reload=False, compiled=None)
+    serving = fast.serving
     if serving is None:
-        raise SystemExit(f"no model: {ranker.watcher.error}")
-    jobs = recent_jobs(home, 2000)
+        raise SystemExit(f"no model: {fast.watcher.error}")
+    if serving.artifact.extra.get("scoring") != "compiled":
+        from leap.model.compiled import compile_artifact
+
+        print("compiling the model (once per version; cached beside it) ...")
+        compile_artifact(serving.artifact, build=True)
+    scoring = serving.artifact.extra.get("scoring")
+    print(f"model {serving.version} scoring: {scoring} ({time.perf_counter() - t0:.0f} s)")
+    plain = Ranker(Registry(home / "models"), background_reload=False, compiled=False)
+    before, base = ranker_before(home)
+    jobs = recent_jobs(home, max(2000, args.equal))
     size = model_size(serving.artifact)
     print(f"model {serving.version}: {size}")
 
-    cpu0 = time.process_time()
-    ms = time_calls(ranker, jobs, args.calls)
-    f = percentiles(ms)
-    # CPU per call (warm-up included) does not depend on what else the machine runs.
-    f["cpu_ms_per_call"] = (time.process_time() - cpu0) * 1e3 / (args.calls + 200)
-    stages = time_stages(serving, jobs, 300)
-    print(f"rank 1 job x {len(CANDIDATES)} types, {args.calls:,} calls (warm): p50 "
-          f"{f['p50_ms']:.2f} ms  p90 {f['p90_ms']:.2f}  p99 {f['p99_ms']:.2f}  "
-          f"max {f['max_ms']:.1f}")
-    print(f"  CPU per call {f['cpu_ms_per_call']:.2f} ms; median stages: encode "
-          f"{stages['encode_ms']:.2f} ms, model "
-          f"{stages['model_ms']:.2f} ms (the same encode from a DataFrame: "
-          f"{stages['encode_dataframe_path_ms']:.2f} ms)")
-    ok = f["p99_ms"] < TARGET_P99_MS
-    print(f"target p99 < {TARGET_P99_MS} ms: {'met' if ok else 'MISSED'}; load average "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    rows: dict[str, Any] = {}
+    for name, ranker in (("before", before), ("lightgbm", plain), ("compiled", fast)):
+        cpu0 = time.process_time()
+        f = percentiles(time_calls(ranker, jobs[:2000], args.calls))
+        f["cpu_ms_per_call"] = (time.process_time() - cpu0) * 1e3 / (args.calls + 200)
+        rows[name] = f
+        print(f"{name:>9}: rank 1 job x {len(CANDIDATES)} types, {args.calls:,} calls (warm): "
+              f"p50 {f['p50_ms']:.2f} ms  p90 {f['p90_ms']:.2f}  p99 {f['p99_ms']:.2f}  "
+              f"max {f['max_ms']:.1f}  (CPU {f['cpu_ms_per_call']:.2f} ms/call)")
+    stages = {"lightgbm": time_stages(plain.serving, jobs, 300),
+              "compiled": time_stages(serving, jobs, 300)}
+    for name, st in stages.items():
+        print(f"  median stages ({name}): encode {st['encode_ms']:.2f} ms, model "
+              f"{st['model_ms']:.2f} ms")
+    t1 = time.perf_counter()
+    equal = check_equal(before, fast, jobs[-args.equal:])
+    print(f"equality, {equal['jobs']:,} jobs, before vs compiled: identical order "
+          f"{equal['identical_order']}, max relative difference {equal['max_rel_diff']:.2e} "
+          f"({'EQUAL' if equal['equal'] else 'DIFFERENT'}; {time.perf_counter() - t1:.0f} s)")
+    f = rows["compiled"]
+    ok = f["p99_ms"] <= TARGET_P99_MS
+    print(f"target p99 <= {TARGET_P99_MS} ms: {'met' if ok else 'MISSED'} (before: p99 "
+          f"{rows['before']['p99_ms']:.2f} ms, {rows['before']['p99_ms'] / f['p99_ms']:.1f}x); "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     out = {"bench": "rank", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
-           "model": size,
+           "model": size, "scoring": scoring, "before_commit": base,
            "model_version": serving.version, "candidates": len(CANDIDATES),
-           "calls": args.calls, "latency": f, "stages": stages,
+           "calls": args.calls, "latency": rows, "stages": stages, "equality": equal,
            "target_p99_ms": TARGET_P99_MS, "target_met": ok}
     write_result("bench_rank", out)
 

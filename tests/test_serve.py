@@ -93,6 +93,17 @@ def test_rank_endpoint_matches_the_library(http: httpx.Client, ranker: Ranker,  
         local.ranking[0].value)
 
 
+def test_rank_body_is_exactly_the_response_model(http: httpx.Client,
+                                                jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    """The body is written by orjson without pydantic: it must be what RankResponse gives."""
+    for job in jobs[:6]:
+        for fmt in ("json", "slurm"):
+            body = http.post("/v1/rank", json={"job": job, "format": fmt}).json()
+            expect = RankResponse.model_validate(body).model_dump(mode="json")
+            assert body == expect
+            assert body["format"] == fmt and (body["formatted"] is None) == (fmt == "json")
+
+
 def test_rank_with_free_devices(http: httpx.Client, ranker: Ranker,  # noqa: F811
                                 jobs: list[dict[str, Any]]) -> None:  # noqa: F811
     cands = ["H100-SXM", "L4", "T4", "B200"]
@@ -319,7 +330,10 @@ def test_leap_serve_command(trained_workspace: Workspace, jobs: list[dict[str, A
         port = s.getsockname()[1]
     env = {**os.environ, "LEAP_TOKEN": "tok"}
     proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(trained_workspace.home),
-                             "serve", "--port", str(port), "--workers", str(workers)], env=env,
+                             # The shared fixture's model is not compiled (its cache would
+                             # change how every later test scores).
+                             "serve", "--port", str(port), "--workers", str(workers),
+                             "--no-compiled"], env=env,
                             stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

@@ -242,6 +242,10 @@ def serve(
                                         "monitor`'s latest day as leap_monitor_* gauges in "
                                         "/metrics (recomputed at most every 5 minutes; each "
                                         "time the store is opened read-only for a moment)."),
+    compiled: bool = typer.Option(True, "--compiled/--no-compiled", help="Score with "
+                                  "compiled trees when the 'fast' extra is installed: each "
+                                  "model version is compiled once (in the background, cached "
+                                  "beside it) and used only when it reproduces LightGBM."),
     malloc_tuning: bool = typer.Option(True, "--malloc-tuning/--no-malloc-tuning",
                                        help="Restart the process with PYTHONMALLOC=malloc and "
                                        "MALLOC_ARENA_MAX=2 (unless set), so memory returns to "
@@ -264,7 +268,8 @@ def serve(
                              max_concurrent_predicts=max_concurrent_predicts,
                              decision_log=decision_log,
                              decision_retention_days=decision_retention_days,
-                             decision_queue=decision_queue, monitor_gauges=monitor_gauges)
+                             decision_queue=decision_queue, monitor_gauges=monitor_gauges,
+                             compiled=compiled)
     app_or_factory: Any
     if workers == 1:
         app_or_factory = settings.app(announce=True, host=host, port=port)
@@ -320,6 +325,7 @@ class ServeSettings:
     decision_retention_days: float = 90.0
     decision_queue: int = 50_000
     monitor_gauges: bool = False
+    compiled: bool = True
 
     def app(self, *, announce: bool = False, host: str = "", port: int = 0,
             announce_only: bool = False) -> Any:
@@ -330,7 +336,10 @@ class ServeSettings:
         ws = Workspace(Path(self.home), Path(self.catalog) if self.catalog else None)
         ranker = Ranker(Registry(ws.models_dir), costs=_costs(ws),
                         premium_min_speedup=self.premium_min_speedup,
-                        check_interval_s=self.check_interval_s)
+                        check_interval_s=self.check_interval_s,
+                        # The announcing parent of N workers serves nothing: it compiles
+                        # nothing; the workers share one compile (a lock beside the model).
+                        compiled=None if announce_only else self.compiled)
         if announce:
             version = ranker.model_version
             if version is None:

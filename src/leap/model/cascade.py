@@ -23,6 +23,8 @@ from leap.errors import ArtifactError, ModelError
 
 #: Below this many rows, prediction runs on one thread.
 PARALLEL_ROWS = 2000
+#: A compiled booster (:mod:`leap.model.compiled`): rows in, the booster's own predictions out.
+Scorer = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,10 @@ def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
     return booster, offset
 
 
-def _raw_predict(booster: lgb.Booster, X: np.ndarray) -> np.ndarray:
+def _raw_predict(booster: lgb.Booster, X: np.ndarray, scorer: Scorer | None = None
+                 ) -> np.ndarray:
+    if scorer is not None:  # checked equal to the booster at load (leap.model.compiled)
+        return scorer(X)
     it = booster.best_iteration if booster.best_iteration > 0 else None
     # Waking OpenMP threads costs milliseconds; a launch-time call scores ~20 rows.
     threads = 1 if len(X) < PARALLEL_ROWS else 0
@@ -104,11 +109,20 @@ def _raw_predict(booster: lgb.Booster, X: np.ndarray) -> np.ndarray:
                       dtype=np.float64)
 
 
-def _predict(booster: lgb.Booster, X: np.ndarray, base: np.ndarray) -> np.ndarray:
-    return _raw_predict(booster, X) + base
+def _predict(booster: lgb.Booster, X: np.ndarray, base: np.ndarray,
+             scorer: Scorer | None = None) -> np.ndarray:
+    return _raw_predict(booster, X, scorer) + base
+
+
+def best_iteration(booster: lgb.Booster) -> int | None:
+    """The iterations prediction uses (``None``: all), as :func:`_raw_predict` reads them."""
+    return booster.best_iteration if booster.best_iteration > 0 else None
 
 
 class _Fitted:
+    #: Compiled scorers by booster name (:func:`boosters`); empty: LightGBM scores.
+    scorers_: dict[str, Scorer] = {}  # noqa: RUF012 (replaced whole, never mutated)
+
     def _check_fitted(self) -> None:
         if not getattr(self, "fitted_", False):
             raise ModelError(f"this {type(self).__name__} is not fitted yet; call fit() first")
@@ -141,7 +155,7 @@ class GlobalModel(_Fitted):
     def predict(self, X: np.ndarray, *, base: np.ndarray) -> np.ndarray:
         """Predicted log throughput per row."""
         self._check_fitted()
-        return _predict(self.booster_, X, base + self.offset_)
+        return _predict(self.booster_, X, base + self.offset_, self.scorers_.get("global"))
 
     # Serialisation: LightGBM text models + JSON, never pickle.
     def to_files(self) -> dict[str, str]:
@@ -252,7 +266,7 @@ class CascadeModel(_Fitted):
     def route(self, X: np.ndarray) -> np.ndarray:
         """The specialist index chosen for each row."""
         self._check_fitted()
-        proba = _raw_predict(self.router_, X)
+        proba = _raw_predict(self.router_, X, self.scorers_.get("router"))
         return np.argmax(proba.reshape(len(X), -1), axis=1)
 
     def predict(self, X: np.ndarray, *, base: np.ndarray) -> np.ndarray:
@@ -262,9 +276,11 @@ class CascadeModel(_Fitted):
         if len(X) == 0:
             return out
         routes = self.route(X)
+        scorers = self.scorers_
         for j in np.unique(routes):
             m = routes == j
-            out[m] = _predict(self.specialists_[j], X[m], base[m] + self.offsets_[j])
+            out[m] = _predict(self.specialists_[j], X[m], base[m] + self.offsets_[j],
+                              scorers.get(f"specialist_{j:02d}"))
         return out
 
     def to_files(self) -> dict[str, str]:
@@ -376,6 +392,31 @@ class NoveltySplitModel(_Fitted):
 
 
 Model = GlobalModel | CascadeModel | NoveltySplitModel
+
+
+def boosters(model: Model) -> dict[str, lgb.Booster]:
+    """Every booster of ``model`` by name (its file name in the artifact, without ``.txt``)."""
+    if isinstance(model, NoveltySplitModel):
+        return {f"{part}.{name}": b for part in model.PARTS
+                for name, b in boosters(getattr(model, part)).items()}
+    if isinstance(model, CascadeModel):
+        return {"router": model.router_, **{f"specialist_{j:02d}": b
+                                            for j, b in enumerate(model.specialists_)}}
+    return {"global": model.booster_}
+
+
+def set_scorers(model: Model, scorers: dict[str, Scorer]) -> None:
+    """Score ``model``'s boosters with ``scorers`` (named as :func:`boosters`; ``{}``: LightGBM).
+
+    Each part's table is replaced whole, so a prediction running meanwhile sees either the
+    old table or the new one.
+    """
+    if isinstance(model, NoveltySplitModel):
+        for part in model.PARTS:
+            set_scorers(getattr(model, part), {k[len(part) + 1:]: f for k, f in scorers.items()
+                                               if k.startswith(f"{part}.")})
+        return
+    model.scorers_ = dict(scorers)
 
 
 def model_from_files(files: dict[str, str]) -> Model:

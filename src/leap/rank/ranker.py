@@ -63,440 +63,65 @@ Features come from the one feature path, :func:`leap.features.encode.encode`, fe
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import functools
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from leap.catalog import Catalog, Hardware
+from leap.catalog import Catalog
 from leap.data.jobs import REQUIRED_JOB, check_job, check_jobs_frame, expand_model_config
-from leap.errors import (
-    ArtifactError,
-    CatalogError,
-    ConfigError,
-    DataError,
-    LeapError,
-    did_you_mean,
+from leap.errors import CatalogError, ConfigError, DataError, LeapError, did_you_mean
+from leap.features.encode import jobs_frame
+from leap.model.artifact import Artifact, Registry
+
+# The public names of leap.rank.ranker, wherever they now live (callers import them from here).
+from leap.rank.policy import (
+    CAUTIOUS_Z,
+    DEFAULT_PREMIUM_MIN_SPEEDUP,
+    UNCERTAIN_RATIO,
+    _premium_rule,
+    _Price,
+    fold_availability,
+    order_ranking,
+    rank_rows,
 )
-from leap.features.columns import Columns
-from leap.features.encode import FEATURE_NAMES, NOVELTY_GROUPS, jobs_frame
-from leap.features.physics import hardware_specs, peak_flops
-from leap.model.artifact import LATEST, Artifact, Registry
+from leap.rank.policy import (
+    _sort_key as _sort_key,
+)
+from leap.rank.requests import (
+    _check_free_devices,
+    _check_objective,
+    normalize_job,
+    resolve_candidates,
+)
+from leap.rank.results import (
+    DEFAULT_RISK,
+    EXCLUSION_REASONS,
+    FAIL_OPEN_CODES,
+    OBJECTIVES,
+    RISKS,
+    Excluded,
+    PredictResult,
+    RankedType,
+    RankResult,
+)
+from leap.rank.serving import ModelWatcher, Serving, _describe, _Static
+
+__all__ = ["CAUTIOUS_Z", "DEFAULT_PREMIUM_MIN_SPEEDUP", "DEFAULT_RISK", "EXCLUSION_REASONS",
+           "FAIL_OPEN_CODES", "OBJECTIVES", "RISKS", "UNCERTAIN_RATIO", "DecisionSink",
+           "Excluded", "ModelWatcher", "PredictResult", "RankResult", "RankedType", "Ranker",
+           "Serving", "fold_availability", "normalize_job", "order_ranking"]
+_REQUIRED_JOB = REQUIRED_JOB
 
 log = logging.getLogger("leap.rank")
-
-OBJECTIVES: tuple[str, ...] = ("value", "throughput")
-#: How the order treats uncertainty: ``neutral`` sorts by the median prediction, ``averse`` by
-#: the interval's lower bound (value at the 10th percentile of throughput), ``cautious`` keeps
-#: the cheapest type first unless a dearer one's predicted value gain is at least
-#: :data:`CAUTIOUS_Z` standard errors (from the two 80% intervals). Cautious is the default:
-#: ranking by the largest point estimate picks overpredictions, and on the reference fleet
-#: cautious ranked best of the three (README, "ranking vs the simulator's truth").
-RISKS: tuple[str, ...] = ("neutral", "cautious", "averse")
-DEFAULT_RISK = "cautious"
-#: Standard errors of value gain a dearer type needs to rank above the cheapest (``cautious``).
-#: Chosen on a validation day (day 30 of the reference fleet, a model trained before it) among
-#: 0, 0.25, 0.5, 0.75, 1 and 1.5, then checked on the held-out day 31.
-CAUTIOUS_Z = 0.75
-# An 80% interval spans +-1.2816 standard deviations of a normal (log scale).
-_Z80 = 1.2815515655446004
-#: An entry whose 80% interval spans more than this factor (p90 / p10) is flagged uncertain.
-UNCERTAIN_RATIO = 2.0
-#: Fail-open reason codes (the prefix of :attr:`RankResult.reason`).
-FAIL_OPEN_CODES: tuple[str, ...] = ("no_model", "invalid_request", "prediction_failed")
-#: Exclusion reasons, in the order they are checked (a type gets the first that applies).
-EXCLUSION_REASONS: tuple[str, ...] = ("unknown_hardware", "invalid_cost", "does_not_fit_host",
-                                      "does_not_fit_memory", "premium_below_threshold",
-                                      "over_budget")
-DEFAULT_PREMIUM_MIN_SPEEDUP = 1.25
-
-_REQUIRED_JOB = REQUIRED_JOB
-# Feature columns the ranker reads for its fit filter and history flags.
-_COL_MEM_FIT, _COL_FAM_N, _COL_FAM_HW_N = (FEATURE_NAMES.index(c)
-                                           for c in ("mem_fit", "fam_n", "fam_hw_n"))
-
-
-# Results ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RankedType:
-    """One entry of the preference list (units in the names; cost in the catalog's currency)."""
-
-    hardware: str
-    predicted_throughput: float
-    cost_per_hour: float
-    value: float
-    predicted_utilization: float | None
-    speedup: float | None
-    devices: int
-    cost_per_device_hour: float
-    premium: bool
-    flags: tuple[str, ...] = ()
-    throughput_p10: float | None = None
-    throughput_p90: float | None = None
-    novelty: str | None = None
-
-    @property
-    def value_p10(self) -> float | None:
-        """Value at the interval's lower bound (what the ``averse`` order sorts by)."""
-        return None if self.throughput_p10 is None else \
-            self.throughput_p10 * 3600.0 / self.cost_per_hour
-
-    @property
-    def value_p90(self) -> float | None:
-        return None if self.throughput_p90 is None else \
-            self.throughput_p90 * 3600.0 / self.cost_per_hour
-
-    def to_dict(self) -> dict[str, Any]:
-        # Spelled out: dataclasses.asdict deep-copies, which costs ~40 us per entry per call.
-        return {"hardware": self.hardware, "predicted_throughput": self.predicted_throughput,
-                "throughput_p10": self.throughput_p10, "throughput_p90": self.throughput_p90,
-                "cost_per_hour": self.cost_per_hour, "value": self.value,
-                "value_p10": self.value_p10, "value_p90": self.value_p90,
-                "predicted_utilization": self.predicted_utilization, "speedup": self.speedup,
-                "devices": self.devices, "cost_per_device_hour": self.cost_per_device_hour,
-                "premium": self.premium, "novelty": self.novelty, "flags": list(self.flags)}
-
-
-@dataclass(frozen=True)
-class Excluded:
-    """A candidate left out of the ranking, with a reason code and a readable detail."""
-
-    hardware: str
-    reason: str
-    detail: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"hardware": self.hardware, "reason": self.reason, "detail": self.detail}
-
-
-@dataclass(frozen=True)
-class RankResult:
-    """The answer of :meth:`Ranker.rank`: the ordered preference list and what was left out.
-
-    ``reason`` is ``None`` when ranking worked; otherwise ``"<code>: <detail>"`` and the
-    ranking is empty (fail-open). ``to_dict()`` is the HTTP response body.
-    """
-
-    ranking: list[RankedType]
-    excluded: list[Excluded] = field(default_factory=list)
-    model_version: str | None = None
-    reason: str | None = None
-    objective: str = "value"
-    latency_ms: float = 0.0
-    ignored_fields: list[str] = field(default_factory=list)
-    risk: str = DEFAULT_RISK
-
-    @property
-    def ok(self) -> bool:
-        return self.reason is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ranking": [r.to_dict() for r in self.ranking],
-                "excluded": [e.to_dict() for e in self.excluded],
-                "model_version": self.model_version, "reason": self.reason,
-                "objective": self.objective, "risk": self.risk, "latency_ms": self.latency_ms,
-                "ignored_fields": list(self.ignored_fields)}
-
-
-@dataclass(frozen=True)
-class PredictResult:
-    """Batch predictions: one row per (job, hardware); empty with a ``reason`` on failure."""
-
-    frame: pd.DataFrame
-    model_version: str | None = None
-    reason: str | None = None
-    latency_ms: float = 0.0
-
-
-# Request normalisation --------------------------------------------------------------------
-#: The one job validation every entry point uses (:func:`leap.data.jobs.check_job`), under
-#: the name the ranker has always exported.
-normalize_job = check_job
-
-
-# The serving model and its hot reload -------------------------------------------------------
-@dataclass
-class Serving:
-    """A loaded artifact plus what ranking caches about it (swapped as one reference).
-
-    Rows are encoded by the one feature path, :func:`leap.features.encode.encode`, with every
-    feature column (:meth:`Artifact.encode_full`): the ranker reads ``mem_fit`` and the
-    history counts for its flags, and the artifact scores them
-    (:meth:`Artifact.predict_encoded`).
-    """
-
-    artifact: Artifact
-    loaded_at: datetime
-    pos: dict[str, int]
-    specs: dict[str, np.ndarray]
-    family_min_memory_gb: dict[str, float]
-    _peaks: dict[str | None, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def version(self) -> str:
-        return self.artifact.version
-
-    @classmethod
-    def prepare(cls, artifact: Artifact) -> Serving:
-        """Build the per-model caches (hardware specs, feature column positions)."""
-        names = list(artifact.catalog)
-        unknown = [n for n in artifact.spec.names if n not in FEATURE_NAMES]
-        if unknown:
-            raise ArtifactError(f"model {artifact.version} uses features this leap cannot "
-                                f"compute: {unknown}; retrain it")
-        # The smallest device memory each family has succeeded on: a type with at least that
-        # much memory fits the family, whatever the (conservative) physics estimate says.
-        artifact.snapshot.warm()
-        fam_hw = artifact.snapshot.tables["fam_hw"]
-        memory = {n: h.memory_gb for n, h in artifact.catalog.items()}
-        per_row = fam_hw["hardware"].astype(str).map(memory)
-        family_min = per_row.groupby(fam_hw["family_id"].astype(str)).min().dropna()
-        return cls(artifact=artifact, loaded_at=datetime.now(UTC),
-                   family_min_memory_gb={str(k): float(v) for k, v in family_min.items()},
-                   pos={n: i for i, n in enumerate(names)},
-                   specs=hardware_specs(artifact.catalog, np.array(names, dtype=object)))
-
-    def peak_flops(self, precision: str | None, hardware: Sequence[str]) -> np.ndarray:
-        """Peak dense FLOP/s per device for ``precision`` on each of ``hardware``."""
-        if precision not in self._peaks:
-            n = len(self.pos)
-            self._peaks[precision] = peak_flops(np.full(n, precision, dtype=object), self.specs)
-        return self._peaks[precision][[self.pos[h] for h in hardware]]
-
-    def encode(self, job: Mapping[str, Any], hardware: Sequence[str]) -> np.ndarray:
-        """Every feature column of ``job`` (normalized) on each of ``hardware``."""
-        return self.artifact.encode_full(Columns.from_request(job, hardware))
-
-
-class ModelWatcher:
-    """The serving model of a :class:`Registry`, swapped when ``LATEST`` changes.
-
-    :meth:`current` is cheap: at most every ``check_interval_s`` it stats the ``LATEST``
-    file; when that changed it loads the new version fully (in a background thread unless
-    ``background=False``) and then swaps one reference, so requests in flight finish on the
-    model they started with. A new version is first proven loadable and sane in a child
-    process (:meth:`Registry.load` with its probe), so a malformed model cannot crash the
-    server. A version that fails is refused: logged, counted (``reload_failures``), named in
-    ``refused_version`` / ``refused_reason``, and the previous model keeps serving. With
-    ``pin`` the watcher serves that one version and never follows ``LATEST``.
-
-    Examples
-    --------
-    >>> # watcher = ModelWatcher(Registry(ws.models_dir)); serving = watcher.current()
-    """
-
-    def __init__(self, registry: Registry, *, check_interval_s: float = 1.0,
-                 background: bool = True,
-                 prepare: Callable[[Artifact], Serving] = Serving.prepare,
-                 pin: str | None = None) -> None:
-        self.registry = registry
-        self.pin = pin
-        self.check_interval_s = check_interval_s
-        self.background = background
-        self._prepare = prepare
-        self._serving: Serving | None = None
-        self._stamp: tuple[int, int, int] | None = None
-        self._last_check = -math.inf
-        self._lock = threading.Lock()
-        self._load_lock = threading.Lock()
-        self._loader: threading.Thread | None = None
-        self.error: str | None = None
-        self.reloads = 0
-        self.reload_failures = 0
-        self.refused_version: str | None = None
-        self.refused_reason: str | None = None
-
-    def _latest_stamp(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.registry.root / LATEST)
-        except OSError:
-            return None
-        # os.replace gives a new inode; mtime and size catch an in-place rewrite.
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-    def current(self) -> Serving | None:
-        """The model to serve now (checks for a new one at most every interval)."""
-        if self.pin is not None and self._stamp is not None:
-            return self._serving  # a pinned version is loaded (or refused) once
-        now = time.monotonic()
-        if now - self._last_check >= self.check_interval_s:
-            self._last_check = now
-            stamp = self._latest_stamp()
-            if stamp != self._stamp:
-                if self.background:
-                    self._start_loader()
-                else:
-                    self._load(stamp)
-        return self._serving
-
-    def refresh(self) -> bool:
-        """Check and load now, in this thread; True when a new model was swapped in."""
-        self._last_check = time.monotonic()
-        return self._load(self._latest_stamp())
-
-    def _start_loader(self) -> None:
-        with self._lock:
-            if self._loader is not None and self._loader.is_alive():
-                return
-            self._loader = threading.Thread(target=lambda: self._load(self._latest_stamp()),
-                                            name="leap-model-reload", daemon=True)
-            self._loader.start()
-
-    def wait_idle(self, timeout_s: float = 30.0) -> None:
-        """Wait for a background load to finish (tests and benchmarks)."""
-        loader = self._loader
-        if loader is not None:
-            loader.join(timeout_s)
-
-    def _load(self, stamp: tuple[int, int, int] | None) -> bool:
-        with self._load_lock:
-            return self._load_locked(stamp)
-
-    def _load_locked(self, stamp: tuple[int, int, int] | None) -> bool:
-        if self.pin is not None:
-            version: str | None = self.pin
-            stamp = stamp or (0, 0, 0)
-        else:
-            version = self.registry.latest_version() if stamp is not None else None
-        if version is None:
-            self._stamp = stamp
-            if self._serving is None:
-                self.error = (f"no published model in {self.registry.root}; run `leap train` "
-                              "first")
-            return False
-        if self._serving is not None and self._serving.version == version:
-            self._stamp = stamp
-            return False
-        try:
-            # Registry.load proves the version in a child process first (load + probe), so
-            # a model that would crash LightGBM is refused here instead of killing us.
-            serving = self._prepare(self.registry.load(version))
-        except Exception as exc:  # a corrupt artifact can raise anything
-            # (LightGBM, Arrow, JSON ...); serving must go on with the old model or fail open.
-            self.reload_failures += 1
-            self.refused_version = version
-            self.refused_reason = _describe(exc)
-            self.error = f"model version {version} failed to load: {self.refused_reason}"
-            log.error("%s", self.error, exc_info=not isinstance(exc, LeapError))
-            self._stamp = stamp  # retried only when LATEST changes again
-            return False
-        self._serving = serving
-        self._stamp = stamp
-        self.error = None
-        self.refused_version = self.refused_reason = None
-        self.reloads += 1
-        log.info("serving model %s", version)
-        return True
-
-
-def _log_sd(r: RankedType) -> float:
-    """Standard deviation of the log prediction implied by the 80% interval (0 without one)."""
-    if r.throughput_p10 is None or r.throughput_p90 is None:
-        return 0.0
-    return (math.log(r.throughput_p90) - math.log(r.throughput_p10)) / (2.0 * _Z80)
-
-
-def order_ranking(ranking: list[RankedType], objective: str, risk: str) -> list[RankedType]:
-    """The preference order of ``ranking`` for ``objective`` under the ``risk`` rule.
-
-    ``cautious`` (value only; for throughput it is ``neutral``) starts from the neutral order
-    and moves the cheapest type ahead of every type whose predicted value gain over it is
-    below :data:`CAUTIOUS_Z` standard errors, ``log(value / value_cheapest) /
-    sqrt(sd^2 + sd_cheapest^2)`` with each ``sd`` from its 80% interval: ranking by the
-    largest point estimate picks overpredictions, and the cheapest type is the best value
-    more often than any other. Without intervals it equals ``neutral``.
-
-    Examples
-    --------
-    >>> a = RankedType("cheap", 10.0, 1.0, 36000.0, None, None, 1, 1.0, False, (), 5.0, 20.0)
-    >>> b = RankedType("dear", 30.0, 2.5, 43200.0, None, None, 1, 2.5, False, (), 10.0, 90.0)
-    >>> [r.hardware for r in order_ranking([a, b], "value", "neutral")]
-    ['dear', 'cheap']
-    >>> [r.hardware for r in order_ranking([a, b], "value", "cautious")]
-    ['cheap', 'dear']
-    """
-    out = sorted(ranking, key=lambda r: _sort_key(r, objective, risk))
-    if risk != "cautious" or objective != "value" or len(out) < 2:
-        return out
-    anchor = min(out, key=lambda r: (r.cost_per_hour, r.hardware))
-    sd_a = _log_sd(anchor)
-
-    def confident(r: RankedType) -> bool:
-        gain = math.log(r.value / anchor.value)
-        sd = math.hypot(_log_sd(r), sd_a)
-        return gain > CAUTIOUS_Z * sd if sd > 0 else gain > 0
-
-    ahead = [r for r in out if r is not anchor and confident(r)]
-    return ahead + [anchor] + [r for r in out if r is not anchor and not confident(r)]
-
-
-def _sort_key(r: RankedType, objective: str, risk: str) -> tuple[float, str]:
-    """Best first; ties by name, so the order never depends on the candidates' order."""
-    averse = risk == "averse" and r.throughput_p10 is not None
-    tp = r.throughput_p10 if averse and r.throughput_p10 is not None else r.predicted_throughput
-    return (-(tp / r.cost_per_hour if objective == "value" else tp), r.hardware)
-
-
-def _check_objective(objective: str, max_cost_per_hour: float | None) -> None:
-    if objective not in OBJECTIVES:
-        raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got "
-                          f"{objective!r}")
-    if max_cost_per_hour is not None and not (
-            isinstance(max_cost_per_hour, int | float) and not isinstance(max_cost_per_hour, bool)
-            and 0 < max_cost_per_hour < math.inf):
-        raise ConfigError(f"max_cost_per_hour must be a positive number, got "
-                          f"{max_cost_per_hour!r}")
-
-
-def _check_free_devices(free_devices: Mapping[str, float] | None) -> None:
-    if free_devices is None:
-        return
-    if not isinstance(free_devices, Mapping):
-        raise DataError(f"free_devices must map hardware names to device counts, got "
-                        f"{free_devices!r}")
-    for name, n in free_devices.items():
-        if not isinstance(n, int | float | np.integer | np.floating) or isinstance(n, bool) \
-                or not n >= 0:
-            raise DataError(f"free_devices['{name}'] must be a number >= 0, got {n!r}")
-
-
-def fold_availability(ranking: Sequence[RankedType], free_devices: Mapping[str, float]
-                      ) -> list[RankedType]:
-    """Types without room for the job after those with room (each part keeps its order).
-
-    A type with fewer free devices than the job's ``devices`` gets the flag
-    ``no_free_devices``; its value is unchanged (it is what the job would get once it runs),
-    but a job sent there would wait, so advice that knows the fleet is finite offers the
-    types with room first instead of herding every job onto the same best type.
-
-    Examples
-    --------
-    >>> r = [RankedType("A40", 10.0, 1.0, 9.0, None, None, 4, 0.25, False),
-    ...      RankedType("L4", 5.0, 1.0, 5.0, None, None, 4, 0.25, False)]
-    >>> [(x.hardware, x.flags) for x in fold_availability(r, {"A40": 2.0})]
-    [('L4', ()), ('A40', ('no_free_devices',))]
-    """
-    room = [r for r in ranking if free_devices.get(r.hardware, math.inf) >= r.devices]
-    full = [dataclasses.replace(r, flags=(*r.flags, "no_free_devices")) for r in ranking
-            if not free_devices.get(r.hardware, math.inf) >= r.devices]
-    return room + full
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return text if isinstance(exc, LeapError) else f"{type(exc).__name__}: {text}"
-
 
 #: Called with ``(job, candidates, result)`` after every ranking a Ranker serves, when set as
 #: :attr:`Ranker.decision_sink` (e.g. :meth:`leap.rank.decisions.DecisionLog.sink`). It must
@@ -523,52 +148,7 @@ def _recorded(rank: Callable[..., RankResult]) -> Callable[..., RankResult]:
     return wrapper
 
 
-class _Static:
-    """A fixed artifact in place of a watcher (no reload)."""
-
-    def __init__(self, artifact: Artifact) -> None:
-        self._serving = Serving.prepare(artifact)
-        self.error: str | None = None
-        self.reloads = 1
-        self.reload_failures = 0
-        self.refused_version: str | None = None
-        self.refused_reason: str | None = None
-
-    def current(self) -> Serving | None:
-        return self._serving
-
-    def refresh(self) -> bool:
-        return False
-
-    def wait_idle(self, timeout_s: float = 30.0) -> None:
-        return None
-
-
 # The ranker -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Price:
-    hw: Hardware
-    min_utilization: float
-    min_speedup: float
-
-
-def _premium_rule(price: _Price, mfu: float | None, speedup: float | None
-                  ) -> tuple[str, str | None]:
-    """``(flag, None)`` when the premium rule keeps the type, else ``("", why)``."""
-    n = price.hw.name
-    if mfu is not None:
-        if mfu < price.min_utilization:
-            return "", (f"predicted MFU {mfu:.3f} < min_utilization {price.min_utilization:g} "
-                        f"of premium '{n}'")
-        return "premium_kept_mfu", None
-    if speedup is None or speedup < price.min_speedup:
-        got = "no non-premium type to compare with" if speedup is None else \
-            f"speed-up {speedup:.2f}x"
-        return "", (f"no flops_per_sample for MFU, and {got} < {price.min_speedup:g}x needed "
-                    f"by premium '{n}'")
-    return "premium_kept_speedup", None
-
-
 class Ranker:
     """Rank the eligible accelerator types of a job by value, failing open.
 
@@ -594,6 +174,12 @@ class Ranker:
     version : str, optional
         Serve this published version of the Registry (a name, never a path) instead of
         following ``LATEST``. One that fails verification fails open (``no_model``).
+    compiled : bool, optional
+        Score with compiled trees (:mod:`leap.model.compiled`, the ``fast`` extra): ``True``
+        compiles each model version once (in the background; cached beside the artifact),
+        ``None`` (default) uses a compiled model only when one is cached already, ``False``
+        never. Compiled code is used only when it reproduces LightGBM on the probe rows
+        within 1e-9; predictions and rankings are the same either way.
 
     Examples
     --------
@@ -610,20 +196,23 @@ class Ranker:
                  min_utilization: Mapping[str, float] | None = None,
                  premium_min_speedup: float = DEFAULT_PREMIUM_MIN_SPEEDUP,
                  min_speedup: Mapping[str, float] | None = None, check_interval_s: float = 1.0,
-                 background_reload: bool = True, version: str | None = None) -> None:
+                 background_reload: bool = True, version: str | None = None,
+                 compiled: bool | None = None) -> None:
         if isinstance(source, Path | str):
             source = Registry(Path(source))
         self.watcher: ModelWatcher | _Static
+        prepare = functools.partial(Serving.prepare, compiled=compiled)
         if isinstance(source, Artifact):
             if version is not None:
                 raise ConfigError("version= selects a version of a Registry; an Artifact is "
                                   "already one version")
-            self.watcher = _Static(source)
+            self.watcher = _Static(source, prepare)
         else:
             if version is not None:
                 source.path(version)  # a name in the models folder, or a clear error
             self.watcher = ModelWatcher(source, check_interval_s=check_interval_s,
-                                        background=background_reload, pin=version)
+                                        background=background_reload, pin=version,
+                                        prepare=prepare)
             self.watcher.refresh()
         self._configure(costs, min_utilization, premium_min_speedup, min_speedup)
         self._counts_lock = threading.Lock()
@@ -677,12 +266,12 @@ class Ranker:
                 raise ConfigError(f"unknown Ranker option '{key}'{did_you_mean(key, opts)}; "
                                   f"options: {', '.join(opts)}")
         opts.update(changes)
-        other = object.__new__(Ranker)
-        other.watcher = self.watcher
+        # A shallow copy shares the watcher (model and reload) and the decision sink; the
+        # options and the fail-open counts are its own.
+        other = copy.copy(self)
         other._configure(opts["costs"], opts["min_utilization"], opts["premium_min_speedup"],
                          opts["min_speedup"])
         other._counts_lock = threading.Lock()
-        other.decision_sink = self.decision_sink
         other.fail_open_counts = dict.fromkeys(FAIL_OPEN_CODES, 0)
         return other
 
@@ -718,6 +307,7 @@ class Ranker:
             "window_end": m.get("window_end"), "window_days": m.get("window_days"),
             "model_kind": m.get("model_kind"), "created_at": m.get("created_at"),
             "loaded_at": s.loaded_at.isoformat(), "metrics": m.get("metrics", {}),
+            "scoring": s.artifact.extra.get("scoring", "lightgbm"),
             "catalog_fingerprint": m.get("catalog_fingerprint"),
             "hardware": list(s.artifact.catalog)})
         return info
@@ -842,30 +432,9 @@ class Ranker:
 
     def _candidates(self, serving: Serving | None, candidates: Sequence[str] | None,
                     strict: bool) -> tuple[list[str], list[Excluded]]:
-        costs = self._cost_catalog(serving)
-        if candidates is None:
-            return (list(costs) if costs is not None else []), []
-        if isinstance(candidates, str) or not all(isinstance(c, str) for c in candidates):
-            raise DataError("candidates must be a list of hardware names, got "
-                            f"{candidates!r}")
-        if len(candidates) == 0:
-            raise DataError("candidates is empty; omit it to rank every catalog type")
-        names = list(dict.fromkeys(candidates))
-        if costs is None:
-            return names, []
-        # An ordered list (not a set): the did-you-mean suggestion must be deterministic.
-        known = list(dict.fromkeys([*costs, *(serving.artifact.catalog if serving else [])]))
-        out: list[str] = []
-        unknown: list[Excluded] = []
-        for n in names:
-            if n in known:
-                out.append(n)
-                continue
-            msg = f"unknown hardware '{n}'{did_you_mean(n, known)}"
-            if strict:
-                raise CatalogError(f"candidates: {msg}")
-            unknown.append(Excluded(n, "unknown_hardware", msg))
-        return out, unknown
+        return resolve_candidates(self._cost_catalog(serving),
+                                  serving.artifact.catalog if serving else None, candidates,
+                                  strict)
 
     def keeps_premium(self, name: str, *, utilization: float | None,
                       speedup: float | None) -> bool:
@@ -884,122 +453,10 @@ class Ranker:
     def _rank(self, serving: Serving, job: dict[str, Any], names: list[str], objective: str,
               budget: float | None, risk: str = DEFAULT_RISK
               ) -> tuple[list[RankedType], list[Excluded]]:
-        art = serving.artifact
         costs = self._cost_catalog(serving)
         assert costs is not None
-        model_cat = art.catalog
-        excluded: list[Excluded] = []
-        dpt = job["devices_per_trainer"] or 1
-        devices = int(job["trainer_count"]) * int(dpt)
-        prices: dict[str, _Price] = {}
-        runnable: list[str] = []
-        for n in names:
-            if n not in model_cat or n not in costs:
-                where = "the model's catalog (retrain to include it)" if n not in model_cat \
-                    else "the cost catalog (add its price)"
-                excluded.append(Excluded(n, "unknown_hardware", f"'{n}' is not in {where}"))
-                continue
-            price = self._price(costs, n)
-            if not price.hw.cost_per_device_hour > 0:
-                excluded.append(Excluded(n, "invalid_cost", f"cost_per_device_hour of '{n}' is "
-                                         f"{price.hw.cost_per_device_hour!r} in the catalog; "
-                                         "set a positive price"))
-                continue
-            if dpt > model_cat[n].devices_per_host:
-                excluded.append(Excluded(n, "does_not_fit_host", f"{dpt} devices per trainer "
-                                         f"but '{n}' has {model_cat[n].devices_per_host} per "
-                                         "host"))
-                continue
-            prices[n] = price
-            runnable.append(n)
-
-        flops = job["flops_per_sample"]
-        mfu_rule = flops is not None and flops > 0
-        # Without FLOPs, premium types are judged by speed-up over the fastest non-premium
-        # type; when no such candidate is left, the model catalog's standard types stand in.
-        need_ref = not mfu_rule and any(prices[n].hw.premium for n in runnable) and not any(
-            not prices[n].hw.premium for n in runnable)
-        refs = [n for n in model_cat if n not in prices and n in costs
-                and not costs[n].premium and dpt <= model_cat[n].devices_per_host] \
-            if need_ref else []
-        rows = runnable + refs
-        X = serving.encode(job, rows)
-        mem_fit = X[:, _COL_MEM_FIT]
-        fam_hw_n = X[:, _COL_FAM_HW_N]
-        proven = serving.family_min_memory_gb.get(str(job["family_id"]), math.inf)
-        fits = ~(mem_fit > 1.0) | (serving.specs["memory_gb"][[serving.pos[r] for r in rows]]
-                                   >= proven)
-        log_tp, log_lo, log_hi, fit_group = serving.artifact.predict_encoded(X[fits])
-        bad = ~np.isfinite(log_tp)
-        if bad.any():
-            which = [r for r, f in zip(rows, fits, strict=True) if f]
-            raise FloatingPointError(f"non-finite prediction for "
-                                     f"{[which[i] for i in np.flatnonzero(bad)]}")
-        tp = np.full(len(rows), np.nan)
-        lo, hi = tp.copy(), tp.copy()
-        with np.errstate(over="ignore"):
-            tp[fits] = np.exp(log_tp)
-            lo[fits], hi[fits] = np.exp(log_lo), np.exp(log_hi)
-        group = np.full(len(rows), -1)
-        group[fits] = fit_group
-        if not np.all(np.isfinite(tp[fits] * 3600.0)):
-            raise FloatingPointError("predicted throughput overflows")
-        no_family = not np.isfinite(X[0, _COL_FAM_N]) if len(rows) else True
-        # Plain Python lists: the loop below reads one value at a time, and NumPy scalar
-        # access costs far more per read.
-        peak = serving.peak_flops(job["precision"], rows).tolist()
-        mem_fit, fam_hw_n = mem_fit.tolist(), fam_hw_n.tolist()
-        tp_, fits_ = tp.tolist(), fits.tolist()
-        lo_, hi_, group_ = lo.tolist(), hi.tolist(), group.tolist()
-        standard = [tp_[i] for i, r in enumerate(rows) if fits_[i] and not costs[r].premium]
-        best_standard = max(standard) if standard else None
-
-        ranking: list[RankedType] = []
-        for i, n in enumerate(runnable):
-            if not fits_[i]:
-                excluded.append(Excluded(n, "does_not_fit_memory", f"needs about "
-                                         f"{mem_fit[i]:.2f}x the device memory of '{n}' "
-                                         f"({model_cat[n].memory_gb:g} GB) and the family has "
-                                         "never succeeded on a type with that much memory"))
-                continue
-            price = prices[n]
-            flags: list[str] = []
-            if no_family:
-                flags.append("missing_family_history")
-            if not math.isfinite(fam_hw_n[i]):
-                flags.append("missing_hardware_history")
-            if not math.isfinite(mem_fit[i]):
-                flags.append("memory_fit_unknown")
-            interval = math.isfinite(lo_[i]) and math.isfinite(hi_[i])
-            if interval and hi_[i] > UNCERTAIN_RATIO * lo_[i]:
-                flags.append("uncertain")
-            mfu = tp_[i] * flops / (devices * peak[i]) if mfu_rule else None
-            if mfu is not None and not mfu <= 1.0:
-                flags.append("utilization_above_peak")
-            speedup = tp_[i] / best_standard if best_standard else None
-            if price.hw.premium:
-                kept, why = _premium_rule(price, mfu, speedup)
-                if why is not None:
-                    excluded.append(Excluded(n, "premium_below_threshold", why))
-                    continue
-                flags.append(kept)
-            cost_h = devices * price.hw.cost_per_device_hour
-            if budget is not None and cost_h > budget:
-                excluded.append(Excluded(n, "over_budget", f"cost_per_hour {cost_h:.2f} > "
-                                         f"max_cost_per_hour {budget:g}"))
-                continue
-            ranking.append(RankedType(
-                hardware=n, predicted_throughput=tp_[i], cost_per_hour=float(cost_h),
-                value=tp_[i] * 3600.0 / cost_h,
-                predicted_utilization=mfu if mfu is None or math.isfinite(mfu) else None,
-                speedup=speedup if speedup is None or math.isfinite(speedup) else None,
-                devices=devices,
-                cost_per_device_hour=float(price.hw.cost_per_device_hour),
-                premium=price.hw.premium, flags=tuple(flags),
-                throughput_p10=lo_[i] if interval else None,
-                throughput_p90=hi_[i] if interval else None,
-                novelty=NOVELTY_GROUPS[group_[i]]))
-        return order_ranking(ranking, objective, risk), excluded
+        return rank_rows(serving, job, names, costs, lambda n: self._price(costs, n),
+                         objective, budget, risk)
 
     # Batch prediction ------------------------------------------------------------------------
     def predict(self, jobs: pd.DataFrame | Sequence[Mapping[str, Any]],

@@ -256,6 +256,8 @@ class ModelInfo(BaseModel):
     model_kind: str | None = None
     created_at: str | None = None
     loaded_at: str | None = None
+    scoring: str | None = Field(default=None, description="How the boosters are scored: 'compiled' "
+                                "(native code, checked equal to LightGBM) or 'lightgbm: <why>'.")
     metrics: dict[str, Any] = Field(default_factory=dict)
     catalog_fingerprint: str | None = None
     hardware: list[str] = Field(default_factory=list)

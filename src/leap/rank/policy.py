@@ -1,0 +1,258 @@
+"""The ranking policy: exclusions, the premium rule, flags and the order under a risk rule.
+
+:func:`rank_rows` turns one job's encoded rows and their predictions into the preference list
+and the left-out types (see :mod:`leap.rank.ranker` for every rule); :func:`order_ranking`
+orders it under a risk rule and :func:`fold_availability` moves types without room last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from leap.catalog import Catalog, Hardware
+from leap.features.encode import FEATURE_NAMES, NOVELTY_GROUPS
+from leap.rank.results import DEFAULT_RISK, Excluded, RankedType
+
+if TYPE_CHECKING:
+    from leap.rank.serving import Serving
+
+#: Standard errors of value gain a dearer type needs to rank above the cheapest (``cautious``).
+#: Chosen on a validation day (day 30 of the reference fleet, a model trained before it) among
+#: 0, 0.25, 0.5, 0.75, 1 and 1.5, then checked on the held-out day 31.
+CAUTIOUS_Z = 0.75
+# An 80% interval spans +-1.2816 standard deviations of a normal (log scale).
+_Z80 = 1.2815515655446004
+#: An entry whose 80% interval spans more than this factor (p90 / p10) is flagged uncertain.
+UNCERTAIN_RATIO = 2.0
+DEFAULT_PREMIUM_MIN_SPEEDUP = 1.25
+
+# Feature columns the ranker reads for its fit filter and history flags.
+_COL_MEM_FIT, _COL_FAM_N, _COL_FAM_HW_N = (FEATURE_NAMES.index(c)
+                                           for c in ("mem_fit", "fam_n", "fam_hw_n"))
+
+
+@dataclass(frozen=True)
+class _Price:
+    hw: Hardware
+    min_utilization: float
+    min_speedup: float
+
+
+def _premium_rule(price: _Price, mfu: float | None, speedup: float | None
+                  ) -> tuple[str, str | None]:
+    """``(flag, None)`` when the premium rule keeps the type, else ``("", why)``."""
+    n = price.hw.name
+    if mfu is not None:
+        if mfu < price.min_utilization:
+            return "", (f"predicted MFU {mfu:.3f} < min_utilization {price.min_utilization:g} "
+                        f"of premium '{n}'")
+        return "premium_kept_mfu", None
+    if speedup is None or speedup < price.min_speedup:
+        got = "no non-premium type to compare with" if speedup is None else \
+            f"speed-up {speedup:.2f}x"
+        return "", (f"no flops_per_sample for MFU, and {got} < {price.min_speedup:g}x needed "
+                    f"by premium '{n}'")
+    return "premium_kept_speedup", None
+
+
+
+def _log_sd(r: RankedType) -> float:
+    """Standard deviation of the log prediction implied by the 80% interval (0 without one)."""
+    if r.throughput_p10 is None or r.throughput_p90 is None:
+        return 0.0
+    return (math.log(r.throughput_p90) - math.log(r.throughput_p10)) / (2.0 * _Z80)
+
+
+def order_ranking(ranking: list[RankedType], objective: str, risk: str) -> list[RankedType]:
+    """The preference order of ``ranking`` for ``objective`` under the ``risk`` rule.
+
+    ``cautious`` (value only; for throughput it is ``neutral``) starts from the neutral order
+    and moves the cheapest type ahead of every type whose predicted value gain over it is
+    below :data:`CAUTIOUS_Z` standard errors, ``log(value / value_cheapest) /
+    sqrt(sd^2 + sd_cheapest^2)`` with each ``sd`` from its 80% interval: ranking by the
+    largest point estimate picks overpredictions, and the cheapest type is the best value
+    more often than any other. Without intervals it equals ``neutral``.
+
+    Examples
+    --------
+    >>> a = RankedType("cheap", 10.0, 1.0, 36000.0, None, None, 1, 1.0, False, (), 5.0, 20.0)
+    >>> b = RankedType("dear", 30.0, 2.5, 43200.0, None, None, 1, 2.5, False, (), 10.0, 90.0)
+    >>> [r.hardware for r in order_ranking([a, b], "value", "neutral")]
+    ['dear', 'cheap']
+    >>> [r.hardware for r in order_ranking([a, b], "value", "cautious")]
+    ['cheap', 'dear']
+    """
+    out = sorted(ranking, key=lambda r: _sort_key(r, objective, risk))
+    if risk != "cautious" or objective != "value" or len(out) < 2:
+        return out
+    anchor = min(out, key=lambda r: (r.cost_per_hour, r.hardware))
+    sd_a = _log_sd(anchor)
+
+    def confident(r: RankedType) -> bool:
+        gain = math.log(r.value / anchor.value)
+        sd = math.hypot(_log_sd(r), sd_a)
+        return gain > CAUTIOUS_Z * sd if sd > 0 else gain > 0
+
+    ahead = [r for r in out if r is not anchor and confident(r)]
+    return ahead + [anchor] + [r for r in out if r is not anchor and not confident(r)]
+
+
+def _sort_key(r: RankedType, objective: str, risk: str) -> tuple[float, str]:
+    """Best first; ties by name, so the order never depends on the candidates' order."""
+    averse = risk == "averse" and r.throughput_p10 is not None
+    tp = r.throughput_p10 if averse and r.throughput_p10 is not None else r.predicted_throughput
+    return (-(tp / r.cost_per_hour if objective == "value" else tp), r.hardware)
+
+
+
+def fold_availability(ranking: Sequence[RankedType], free_devices: Mapping[str, float]
+                      ) -> list[RankedType]:
+    """Types without room for the job after those with room (each part keeps its order).
+
+    A type with fewer free devices than the job's ``devices`` gets the flag
+    ``no_free_devices``; its value is unchanged (it is what the job would get once it runs),
+    but a job sent there would wait, so advice that knows the fleet is finite offers the
+    types with room first instead of herding every job onto the same best type.
+
+    Examples
+    --------
+    >>> r = [RankedType("A40", 10.0, 1.0, 9.0, None, None, 4, 0.25, False),
+    ...      RankedType("L4", 5.0, 1.0, 5.0, None, None, 4, 0.25, False)]
+    >>> [(x.hardware, x.flags) for x in fold_availability(r, {"A40": 2.0})]
+    [('L4', ()), ('A40', ('no_free_devices',))]
+    """
+    room = [r for r in ranking if free_devices.get(r.hardware, math.inf) >= r.devices]
+    full = [dataclasses.replace(r, flags=(*r.flags, "no_free_devices")) for r in ranking
+            if not free_devices.get(r.hardware, math.inf) >= r.devices]
+    return room + full
+
+
+def rank_rows(serving: Serving, job: dict[str, Any], names: list[str], costs: Catalog,
+              price_of: Callable[[str], _Price], objective: str, budget: float | None,
+              risk: str = DEFAULT_RISK) -> tuple[list[RankedType], list[Excluded]]:
+    """The preference list of ``names`` for one validated ``job``, and the types left out.
+
+    Encodes the rows (one per runnable type, plus the reference types the premium speed-up
+    needs), scores them in one call of the artifact's prediction path, and applies the
+    exclusions, flags and premium rule of :mod:`leap.rank.ranker`.
+    """
+    art = serving.artifact
+    model_cat = art.catalog
+    excluded: list[Excluded] = []
+    dpt = job["devices_per_trainer"] or 1
+    devices = int(job["trainer_count"]) * int(dpt)
+    prices: dict[str, _Price] = {}
+    runnable: list[str] = []
+    for n in names:
+        if n not in model_cat or n not in costs:
+            where = "the model's catalog (retrain to include it)" if n not in model_cat \
+                else "the cost catalog (add its price)"
+            excluded.append(Excluded(n, "unknown_hardware", f"'{n}' is not in {where}"))
+            continue
+        price = price_of(n)
+        if not price.hw.cost_per_device_hour > 0:
+            excluded.append(Excluded(n, "invalid_cost", f"cost_per_device_hour of '{n}' is "
+                                     f"{price.hw.cost_per_device_hour!r} in the catalog; "
+                                     "set a positive price"))
+            continue
+        if dpt > model_cat[n].devices_per_host:
+            excluded.append(Excluded(n, "does_not_fit_host", f"{dpt} devices per trainer "
+                                     f"but '{n}' has {model_cat[n].devices_per_host} per "
+                                     "host"))
+            continue
+        prices[n] = price
+        runnable.append(n)
+
+    flops = job["flops_per_sample"]
+    mfu_rule = flops is not None and flops > 0
+    # Without FLOPs, premium types are judged by speed-up over the fastest non-premium
+    # type; when no such candidate is left, the model catalog's standard types stand in.
+    need_ref = not mfu_rule and any(prices[n].hw.premium for n in runnable) and not any(
+        not prices[n].hw.premium for n in runnable)
+    refs = [n for n in model_cat if n not in prices and n in costs
+            and not costs[n].premium and dpt <= model_cat[n].devices_per_host] \
+        if need_ref else []
+    rows = runnable + refs
+    X = serving.encode(job, rows)
+    mem_fit = X[:, _COL_MEM_FIT]
+    fam_hw_n = X[:, _COL_FAM_HW_N]
+    proven = serving.family_min_memory_gb.get(str(job["family_id"]), math.inf)
+    fits = ~(mem_fit > 1.0) | (serving.specs["memory_gb"][[serving.pos[r] for r in rows]]
+                               >= proven)
+    log_tp, log_lo, log_hi, fit_group = serving.artifact.predict_encoded(X[fits])
+    bad = ~np.isfinite(log_tp)
+    if bad.any():
+        which = [r for r, f in zip(rows, fits, strict=True) if f]
+        raise FloatingPointError(f"non-finite prediction for "
+                                 f"{[which[i] for i in np.flatnonzero(bad)]}")
+    tp = np.full(len(rows), np.nan)
+    lo, hi = tp.copy(), tp.copy()
+    with np.errstate(over="ignore"):
+        tp[fits] = np.exp(log_tp)
+        lo[fits], hi[fits] = np.exp(log_lo), np.exp(log_hi)
+    group = np.full(len(rows), -1)
+    group[fits] = fit_group
+    if not np.all(np.isfinite(tp[fits] * 3600.0)):
+        raise FloatingPointError("predicted throughput overflows")
+    no_family = not np.isfinite(X[0, _COL_FAM_N]) if len(rows) else True
+    # Plain Python lists: the loop below reads one value at a time, and NumPy scalar
+    # access costs far more per read.
+    peak = serving.peak_flops(job["precision"], rows).tolist()
+    mem_fit, fam_hw_n = mem_fit.tolist(), fam_hw_n.tolist()
+    tp_, fits_ = tp.tolist(), fits.tolist()
+    lo_, hi_, group_ = lo.tolist(), hi.tolist(), group.tolist()
+    standard = [tp_[i] for i, r in enumerate(rows) if fits_[i] and not costs[r].premium]
+    best_standard = max(standard) if standard else None
+
+    ranking: list[RankedType] = []
+    for i, n in enumerate(runnable):
+        if not fits_[i]:
+            excluded.append(Excluded(n, "does_not_fit_memory", f"needs about "
+                                     f"{mem_fit[i]:.2f}x the device memory of '{n}' "
+                                     f"({model_cat[n].memory_gb:g} GB) and the family has "
+                                     "never succeeded on a type with that much memory"))
+            continue
+        price = prices[n]
+        flags: list[str] = []
+        if no_family:
+            flags.append("missing_family_history")
+        if not math.isfinite(fam_hw_n[i]):
+            flags.append("missing_hardware_history")
+        if not math.isfinite(mem_fit[i]):
+            flags.append("memory_fit_unknown")
+        interval = math.isfinite(lo_[i]) and math.isfinite(hi_[i])
+        if interval and hi_[i] > UNCERTAIN_RATIO * lo_[i]:
+            flags.append("uncertain")
+        mfu = tp_[i] * flops / (devices * peak[i]) if mfu_rule else None
+        if mfu is not None and not mfu <= 1.0:
+            flags.append("utilization_above_peak")
+        speedup = tp_[i] / best_standard if best_standard else None
+        if price.hw.premium:
+            kept, why = _premium_rule(price, mfu, speedup)
+            if why is not None:
+                excluded.append(Excluded(n, "premium_below_threshold", why))
+                continue
+            flags.append(kept)
+        cost_h = devices * price.hw.cost_per_device_hour
+        if budget is not None and cost_h > budget:
+            excluded.append(Excluded(n, "over_budget", f"cost_per_hour {cost_h:.2f} > "
+                                     f"max_cost_per_hour {budget:g}"))
+            continue
+        ranking.append(RankedType(
+            hardware=n, predicted_throughput=tp_[i], cost_per_hour=float(cost_h),
+            value=tp_[i] * 3600.0 / cost_h,
+            predicted_utilization=mfu if mfu is None or math.isfinite(mfu) else None,
+            speedup=speedup if speedup is None or math.isfinite(speedup) else None,
+            devices=devices,
+            cost_per_device_hour=float(price.hw.cost_per_device_hour),
+            premium=price.hw.premium, flags=tuple(flags),
+            throughput_p10=lo_[i] if interval else None,
+            throughput_p90=hi_[i] if interval else None,
+            novelty=NOVELTY_GROUPS[group_[i]]))
+    return order_ranking(ranking, objective, risk), excluded
