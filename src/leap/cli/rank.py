@@ -242,10 +242,11 @@ def serve(
                                         "monitor`'s latest day as leap_monitor_* gauges in "
                                         "/metrics (recomputed at most every 5 minutes; each "
                                         "time the store is opened read-only for a moment)."),
-    compiled: bool = typer.Option(True, "--compiled/--no-compiled", help="Score with "
+    compiled: bool = typer.Option(False, "--compiled/--no-compiled", help="Score with "
                                   "compiled trees when the 'fast' extra is installed: each "
-                                  "model version is compiled once (in the background, cached "
-                                  "beside it) and used only when it reproduces LightGBM."),
+                                  "model version is compiled once (in the background, minutes "
+                                  "of CPU for the reference model; cached beside it) and used "
+                                  "only when it reproduces LightGBM."),
     malloc_tuning: bool = typer.Option(True, "--malloc-tuning/--no-malloc-tuning",
                                        help="Restart the process with PYTHONMALLOC=malloc and "
                                        "MALLOC_ARENA_MAX=2 (unless set), so memory returns to "
@@ -325,7 +326,7 @@ class ServeSettings:
     decision_retention_days: float = 90.0
     decision_queue: int = 50_000
     monitor_gauges: bool = False
-    compiled: bool = True
+    compiled: bool = False
 
     def app(self, *, announce: bool = False, host: str = "", port: int = 0,
             announce_only: bool = False) -> Any:
