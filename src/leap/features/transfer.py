@@ -2,7 +2,9 @@
 
 A family that ran on types A1..Ak has a median residual ``r`` (log samples/s over the physics
 estimate) and a median log throughput on each. Two estimates carry that to a type B, both
-learned from the other families of the fleet (the snapshot's ``transfer`` table):
+learned from the other families of the fleet (the snapshot's ``transfer`` table), and a third
+where the snapshot carries a pair model (``xfer_p_r``, see :mod:`leap.features.pairs`: the
+ratio at the job's own shape):
 
 * **pair differences**: how B compares with A beyond physics, the median of ``r(B) - r(A)``
   over families that ran on both, per model type, per model category and precision, and per
@@ -214,20 +216,19 @@ class TransferIndex:
         out["xfer_sd"][rows] = np.sqrt(var)
         out["xfer_dist"][rows] = np.where(has, np.where(seen, dist, np.inf).min(axis=1), np.nan)
         if self.pairs is not None and jobs is not None:
-            self._pair_features(out, rows, seen, level, jobs, hardware, catalog)
+            self._pair_features(self.pairs, out, rows, seen, level, jobs, hardware, catalog)
         return out
 
-    def _pair_features(self, out: dict[str, np.ndarray], rows: np.ndarray, seen: np.ndarray,
-                       level: np.ndarray, jobs: Columns, hardware: np.ndarray,
-                       catalog: Catalog) -> None:
+    def _pair_features(self, pairs: PairModel, out: dict[str, np.ndarray], rows: np.ndarray,
+                       seen: np.ndarray, level: np.ndarray, jobs: Columns,
+                       hardware: np.ndarray, catalog: Catalog) -> None:
         """``xfer_p_r`` and ``xfer_p_sd``: one pair-model estimate per (row, observed type)."""
-        assert self.pairs is not None
         r, a = np.nonzero(seen)
         if len(r) == 0:
             return
         names = np.asarray(self.hardware, dtype=object)
         on = jobs.take(rows[r])
-        est = level[r, a] + self.pairs.predict(on, names[a], hardware[rows[r]], catalog)
+        est = level[r, a] + pairs.predict(on, names[a], hardware[rows[r]], catalog)
         n = np.bincount(r, minlength=len(rows)).astype(np.float64)
         mean = np.bincount(r, weights=est, minlength=len(rows)) / np.maximum(n, 1.0)
         var = np.bincount(r, weights=(est - mean[r]) ** 2, minlength=len(rows)) / np.maximum(n, 1.0)
