@@ -77,6 +77,28 @@ class Columns:
         """The same rows on the types in ``hardware`` (one per row)."""
         return Columns({**self._arrays, "hardware": np.asarray(hardware, dtype=object)}, self.n)
 
+    def codes(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's index among the distinct combinations of the columns ``names`` (absent
+        columns read as missing), and the first row of each combination.
+
+        >>> Columns.from_frame(pd.DataFrame({"a": [1, 2, 1], "b": ["x", "y", "x"]})).codes(
+        ...     ["a", "b", "c"])
+        (array([0, 1, 0]), array([0, 1]))
+        """
+        present = [self._arrays[c] for c in names if c in self._arrays]
+        if not present:
+            code = np.zeros(self.n, dtype=np.int64)
+        elif self.n <= SMALL:
+            seen: dict[tuple[Any, ...], int] = {}
+            code = np.array([seen.setdefault(k, len(seen)) for k in zip(*present, strict=True)],
+                            dtype=np.int64)
+        else:
+            code = pd.DataFrame(dict(enumerate(present))).groupby(
+                list(range(len(present))), dropna=False, sort=False).ngroup().to_numpy(np.int64)
+        first = np.full(int(code.max()) + 1 if self.n else 0, self.n, dtype=np.int64)
+        np.minimum.at(first, code, np.arange(self.n))
+        return code, first
+
     def num(self, name: str) -> np.ndarray:
         """float64 values; missing or non-numeric entries are NaN."""
         arr = self._arrays.get(name)

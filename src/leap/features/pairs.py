@@ -107,34 +107,46 @@ def _phys_r(jobs: Columns, catalog: Catalog) -> dict[str, np.ndarray]:
 
 
 def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Catalog,
-                vocab: dict[str, list[str]]) -> np.ndarray:
-    """Features (:data:`PAIR_FEATURES`) of each job moving from ``hw_a`` to ``hw_b``."""
-    on_a, on_b = jobs.with_hardware(hw_a), jobs.with_hardware(hw_b)
-    pa_, pb = _phys_r(on_a, catalog), _phys_r(on_b, catalog)
-    sa, sb = hardware_specs(catalog, on_a.obj("hardware")), hardware_specs(catalog,
-                                                                           on_b.obj("hardware"))
-    precision = jobs.obj("precision")
+                vocab: dict[str, list[str]], job: np.ndarray | None = None) -> np.ndarray:
+    """Features (:data:`PAIR_FEATURES`) of each job moving from ``hw_a`` to ``hw_b``.
+
+    Row ``i`` is job ``job[i]`` (a row of ``jobs``; default: row ``i``). Physics estimates
+    are computed once per distinct (job, type) and job features once per job, then gathered:
+    ranking one job over 20 types pairs it with every type its family ran on, and a day of
+    training rows repeats a few thousand configurations.
+    """
+    n = len(hw_a)
+    job = np.arange(n) if job is None else np.asarray(job, dtype=np.int64)
+    hcode, names = pd.factorize(np.concatenate([np.asarray(hw_a, dtype=object),
+                                                np.asarray(hw_b, dtype=object)]))
+    combo, inv = np.unique(np.concatenate([job, job]) * len(names) + hcode, return_inverse=True)
+    on = jobs.take(combo // len(names)).with_hardware(np.asarray(names, dtype=object)[
+        combo % len(names)])
+    est = _phys_r(on, catalog)
+    specs = hardware_specs(catalog, on.obj("hardware"))
+    ia, ib = inv[:n], inv[n:]
     f: dict[str, np.ndarray] = {}
     with np.errstate(divide="ignore", invalid="ignore"):
         for k in _PHYS_DIFF:
-            f[f"d_{k}"] = pb[k] - pa_[k]
+            f[f"d_{k}"] = est[k][ib] - est[k][ia]
         for k in _PHYS_BOTH:
-            f[f"a_{k}"], f[f"b_{k}"] = pa_[k], pb[k]
-        ka, kb = np.log(peak_flops(precision, sa)), np.log(peak_flops(precision, sb))
-        f["d_peak"], f["a_peak"] = kb - ka, ka
+            f[f"a_{k}"], f[f"b_{k}"] = est[k][ia], est[k][ib]
+        peak = np.log(peak_flops(on.obj("precision"), specs))
+        f["d_peak"], f["a_peak"] = peak[ib] - peak[ia], peak[ia]
         for k in _SPECS:
-            f[f"d_{k}"], f[f"a_{k}"] = np.log(sb[k]) - np.log(sa[k]), np.log(sa[k])
+            spec = np.log(specs[k])
+            f[f"d_{k}"], f[f"a_{k}"] = spec[ib] - spec[ia], spec[ia]
         for c in _LOG_JOB:
-            f[f"log_{c}"] = np.log(jobs.num(c))
+            f[f"log_{c}"] = np.log(jobs.num(c))[job]
         for c in _RAW_JOB:
-            f[c] = jobs.num(c)
-        f["log_batch_per_device"] = np.log(jobs.num("batch_size")) - np.log(
-            np.maximum(np.nan_to_num(jobs.num("devices_per_trainer"), nan=1.0), 1.0))
-    vendor = {name: catalog[name].vendor for name in set(hw_a) | set(hw_b) if name in catalog}
-    f["vendor_a"] = _codes([vendor.get(h) for h in hw_a], vocab["vendor"])
-    f["vendor_b"] = _codes([vendor.get(h) for h in hw_b], vocab["vendor"])
-    f["precision"] = _codes(precision, vocab["precision"])
-    f["model_category"] = _codes(jobs.obj("model_category"), vocab["model_category"])
+            f[c] = jobs.num(c)[job]
+        f["log_batch_per_device"] = (np.log(jobs.num("batch_size")) - np.log(
+            np.maximum(np.nan_to_num(jobs.num("devices_per_trainer"), nan=1.0), 1.0)))[job]
+    vendor = _codes([catalog[h].vendor if h in catalog else None for h in names],
+                    vocab["vendor"])
+    f["vendor_a"], f["vendor_b"] = vendor[hcode[:n]], vendor[hcode[n:]]
+    f["precision"] = _codes(jobs.obj("precision"), vocab["precision"])[job]
+    f["model_category"] = _codes(jobs.obj("model_category"), vocab["model_category"])[job]
     X = np.column_stack([f[name] for name in PAIR_FEATURES])
     return np.where(np.isfinite(X), X, np.nan)
 
@@ -226,19 +238,23 @@ class PairModel:
         return cls(boosters, vocab)
 
     def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray,
-                catalog: Catalog) -> np.ndarray:
-        """``r(B) - r(A)`` of each job from ``hw_a`` to ``hw_b``, by the booster of the other
-        half of the families (see the module docstring)."""
-        out = np.zeros(len(jobs))
-        if len(jobs) == 0:
+                catalog: Catalog, job: np.ndarray | None = None) -> np.ndarray:
+        """``r(B) - r(A)`` of each job from ``hw_a`` to ``hw_b`` (row ``i`` is job ``job[i]``
+        of ``jobs``, default row ``i``), by the booster of the other half of the families
+        (see the module docstring)."""
+        out = np.zeros(len(hw_a))
+        if len(hw_a) == 0:
             return out
-        X = pair_matrix(jobs, hw_a, hw_b, catalog, self.vocab)
-        fold = family_fold(jobs.obj("family_id"))
+        job = np.arange(len(hw_a)) if job is None else np.asarray(job, dtype=np.int64)
+        X = pair_matrix(jobs, hw_a, hw_b, catalog, self.vocab, job)
+        fold = family_fold(jobs.obj("family_id"))[job]
         for k in range(FOLDS):
             rows = np.flatnonzero(fold == k)
             if len(rows):
                 # Booster k was trained on every half but k.
-                out[rows] = self.boosters[k].predict(X[rows], num_threads=1)
+                # Waking OpenMP threads costs more than a launch-time request's rows.
+                out[rows] = self.boosters[k].predict(
+                    X[rows], num_threads=1 if len(rows) < 2000 else 0)
         return out
 
     # Persistence (inside the snapshot of a model artifact) ----------------------------

@@ -32,7 +32,7 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.features.columns import SMALL, Columns
-from leap.features.pairs import PairModel
+from leap.features.pairs import JOB_FEATURE_COLUMNS, PairModel
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0
@@ -49,6 +49,10 @@ TRANSFER_FEATURES = ("xfer_r", "xfer_n_types", "xfer_pair_n", "xfer_sd", "xfer_d
 #: Model-type families-worth of pair evidence at which the pair differences and the gain share
 #: weigh alike in ``xfer_r``.
 BLEND_FAMILIES = 5.0
+#: Observed types, nearest by spec distance first, that ``xfer_p_r`` carries from: a family
+#: that ran on fifteen types is read from the few most like the target, and ranking it stays
+#: a few hundred pair rows at most.
+PAIR_NEAREST = 4
 
 
 class TransferIndex:
@@ -142,7 +146,8 @@ class TransferIndex:
           blend beat either alone);
         - ``xfer_p_r``: the family's residual on each of its types carried here by the pair
           model at this job's own shape (:mod:`leap.features.pairs`; needs ``jobs``, the
-          rows' job columns), averaged over those types; ``xfer_p_sd``: their spread;
+          rows' job columns), averaged over the :data:`PAIR_NEAREST` of those types nearest
+          the target by spec distance; ``xfer_p_sd``: their spread;
         - ``xfer_n_types``: types the family ran on besides this one; ``xfer_pair_n``:
           families behind the model-type differences used; ``xfer_sd``: spread of the
           per-type estimates; ``xfer_dist``: spec distance to the nearest type it ran on.
@@ -216,19 +221,33 @@ class TransferIndex:
         out["xfer_sd"][rows] = np.sqrt(var)
         out["xfer_dist"][rows] = np.where(has, np.where(seen, dist, np.inf).min(axis=1), np.nan)
         if self.pairs is not None and jobs is not None:
-            self._pair_features(self.pairs, out, rows, seen, level, jobs, hardware, catalog)
+            near = np.argsort(np.where(seen, np.nan_to_num(dist, nan=1e9), np.inf), axis=1,
+                              kind="stable")[:, :PAIR_NEAREST]
+            nearest = np.zeros_like(seen)
+            nearest[np.arange(len(rows))[:, None], near] = True
+            self._pair_features(self.pairs, out, rows, seen & nearest, level, jobs, hardware,
+                                catalog)
         return out
 
     def _pair_features(self, pairs: PairModel, out: dict[str, np.ndarray], rows: np.ndarray,
                        seen: np.ndarray, level: np.ndarray, jobs: Columns,
                        hardware: np.ndarray, catalog: Catalog) -> None:
-        """``xfer_p_r`` and ``xfer_p_sd``: one pair-model estimate per (row, observed type)."""
+        """``xfer_p_r`` and ``xfer_p_sd``: one pair-model estimate per (row, observed type
+        in ``seen``)."""
         r, a = np.nonzero(seen)
         if len(r) == 0:
             return
+        # Rows of one configuration on one type get the same ratios: predict each distinct
+        # (job, observed type, target type) once.
+        on = jobs.take(rows)
+        job, rep = on.codes(JOB_FEATURE_COLUMNS)
+        target, _ = pd.factorize(hardware[rows])
+        triple = (job[r] * len(self.hardware) + a) * (target.max() + 1) + target[r]
+        _, first, inv = np.unique(triple, return_index=True, return_inverse=True)
         names = np.asarray(self.hardware, dtype=object)
-        on = jobs.take(rows[r])
-        est = level[r, a] + pairs.predict(on, names[a], hardware[rows[r]], catalog)
+        ratio = pairs.predict(on, names[a[first]], hardware[rows[r[first]]], catalog,
+                              job=rep[job[r[first]]])[inv]
+        est = level[r, a] + ratio
         n = np.bincount(r, minlength=len(rows)).astype(np.float64)
         mean = np.bincount(r, weights=est, minlength=len(rows)) / np.maximum(n, 1.0)
         var = np.bincount(r, weights=(est - mean[r]) ** 2, minlength=len(rows)) / np.maximum(n, 1.0)
