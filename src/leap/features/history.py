@@ -327,9 +327,13 @@ class HistoryBuilder:
         level = t["level"].to_numpy(dtype=object)
         k1, k2 = t["k1"].to_numpy(dtype=np.int64), t["k2"].to_numpy(dtype=np.int64)
         mt, cat, prec = (self._labels[c] for c in ("model_type", "model_category", "precision"))
-        keys = np.array([mt[a] if lv == "mt" else f"{cat[a]}/{prec[b]}" if lv == "cat"
-                         else prec[b] for lv, a, b in zip(level, k1, k2, strict=True)],
-                        dtype=object)
+        keys = np.empty(len(t), dtype=object)
+        for name, text in (("mt", lambda a, b: mt[a]), ("all", lambda a, b: prec[b]),
+                           ("cat", lambda a, b: np.array([f"{c}/{p}" for c in cat
+                                                          for p in prec], dtype=object)
+                            [a * len(prec) + b])):
+            m = level == name
+            keys[m] = text(k1[m], k2[m])
         hw = self._labels["hardware"]
         return pd.DataFrame({
             "level": level, "key": keys,

@@ -55,27 +55,36 @@ BLEND_FAMILIES = 5.0
 PAIR_NEAREST = 4
 
 
+def _texts(values: pd.Series) -> np.ndarray:
+    """A column of key texts as an object array."""
+    return values.astype(str).to_numpy(dtype=object)
+
+
 class TransferIndex:
     """Dense arrays of one snapshot: family x type levels and the type x type differences."""
 
     def __init__(self, fam_hw: pd.DataFrame, transfer: pd.DataFrame,
                  pairs: PairModel | None = None) -> None:
         self.pairs = pairs
-        hw = sorted(set(fam_hw["hardware"].astype(str)) | set(transfer["hw_a"].astype(str))
-                    | set(transfer["hw_b"].astype(str)))
+        # Object arrays: iterating pandas' Arrow-backed strings costs a call per element.
+        fam_ids = _texts(fam_hw["family_id"])
+        fam_types = _texts(fam_hw["hardware"])
+        hw_a, hw_b = _texts(transfer["hw_a"]), _texts(transfer["hw_b"])
+        hw = sorted(set(fam_types) | set(hw_a) | set(hw_b))
         self.hardware = hw
         self.hw_pos = {h: i for i, h in enumerate(hw)}
+        hw_index = pd.Index(hw, dtype=object)
         # One more column than types: a target nobody ran on in the window (e.g. a new type)
         # has no level and no differences, so its estimate is the physics ratio alone.
         n_hw = len(hw) + 1
-        fams = pd.Index(sorted(set(fam_hw["family_id"].astype(str))), dtype=object)
+        fams = pd.Index(sorted(set(fam_ids)), dtype=object)
         self.families = fams
         self._fam_small: dict[str, int] | None = None
         self.level = np.full((len(fams), n_hw), np.nan)
         self.level_y = np.full((len(fams), n_hw), np.nan)
         if len(fam_hw):
-            fi = fams.get_indexer(fam_hw["family_id"].astype(str))
-            hi = np.array([self.hw_pos[h] for h in fam_hw["hardware"].astype(str)])
+            fi = fams.get_indexer(fam_ids)
+            hi = hw_index.get_indexer(fam_types)
             self.level[fi, hi] = fam_hw["fam_hw_med_r"].to_numpy(dtype=np.float64)
             self.level_y[fi, hi] = fam_hw["fam_hw_med_y"].to_numpy(dtype=np.float64)
         # Gain slope per level key: of the physics estimate's gain from one type to another,
@@ -83,28 +92,30 @@ class TransferIndex:
         # The slope of d = r(B) - r(A) on the physics gain is that share minus 1.
         self.gains: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
         self.tables: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
+        levels, all_keys = _texts(transfer["level"]), _texts(transfer["key"])
         for level, _ in TRANSFER_LEVELS:
-            t = transfer[transfer["level"] == level]
-            keys = sorted(set(t["key"].astype(str)))
+            sel = levels == level
+            t_keys = all_keys[sel]
+            keys = sorted(set(t_keys))
             pos = {k: i for i, k in enumerate(keys)}
             # At least one slot, all zero counts, so an empty level indexes like a sparse one.
             d = np.zeros((max(len(keys), 1), n_hw, n_hw))
             n = np.zeros((max(len(keys), 1), n_hw, n_hw))
-            if len(t):
-                ki = np.array([pos[k] for k in t["key"].astype(str)])
-                ai = np.array([self.hw_pos[h] for h in t["hw_a"].astype(str)])
-                bi = np.array([self.hw_pos[h] for h in t["hw_b"].astype(str)])
-                d[ki, ai, bi] = t["d_med"].to_numpy(dtype=np.float64)
-                n[ki, ai, bi] = t["n"].to_numpy(dtype=np.float64)
-            self.tables[level] = (pos, d, n)
-            sums = t.groupby(t["key"].astype(str))[["sxy", "sxx"]].sum()
+            ki = pd.Index(keys, dtype=object).get_indexer(t_keys)
             sxx = np.zeros(max(len(keys), 1))
             slope = np.ones(max(len(keys), 1))
-            if len(sums):
-                ki = np.array([pos[k] for k in sums.index])
-                sxx[ki] = sums["sxx"].to_numpy(dtype=np.float64)
+            if sel.any():
+                ai, bi = hw_index.get_indexer(hw_a[sel]), hw_index.get_indexer(hw_b[sel])
+                t = transfer[sel]
+                d[ki, ai, bi] = t["d_med"].to_numpy(dtype=np.float64)
+                n[ki, ai, bi] = t["n"].to_numpy(dtype=np.float64)
+                sums = t[["sxy", "sxx"]].groupby(ki).sum()
+                at = sums.index.to_numpy()
+                sxx[at] = sums["sxx"].to_numpy(dtype=np.float64)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    slope[ki] = np.where(sxx[ki] > 0, 1.0 + sums["sxy"].to_numpy() / sxx[ki], 1.0)
+                    slope[at] = np.where(sxx[at] > 0, 1.0 + sums["sxy"].to_numpy() / sxx[at],
+                                         1.0)
+            self.tables[level] = (pos, d, n)
             self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
         self._specs: tuple[int, np.ndarray] | None = None
 
