@@ -61,7 +61,6 @@ def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.nd
     --------
     >>> import pandas as pd
     >>> from leap.catalog import SPEC_COLUMNS, Catalog
-from leap.features.columns import SMALL, Columns
     >>> jobs = pd.DataFrame({"hardware": ["H100-SXM"], "trainer_count": [1], "batch_size": [32],
     ...                      "devices_per_trainer": [8], "flops_per_sample": [1e12],
     ...                      "num_params": [1e8], "precision": ["bf16"]})
