@@ -148,3 +148,19 @@ def test_natural_rows_guard_the_masked_calibration() -> None:
     assert used == n and hi - lo > 1.5  # the natural new families' spread (about 2.05)
     lo3, hi3, _ = cal.quantiles_["unobserved_pair_3plus"]
     assert hi3 - lo3 > 1.2  # widened from the masked rows' ~0.5 by the natural unobserved ones
+
+
+def test_new_family_interval_is_the_union_of_natural_and_masked_families() -> None:
+    """A day's natural new families are a handful of families: when their residuals happen
+    to be narrow, the families masked whole still widen the interval (and never narrow it)."""
+    rng = np.random.default_rng(4)
+    n = 600
+    groups = np.full(2 * n, G["new_family"])
+    masked = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    natural = rng.normal(0.3, 0.1, n)  # a few families, all a little under-predicted
+    resid = np.r_[rng.normal(0, 0.5, n), natural]
+    lo, hi, used = IntervalCalibrator().fit(resid, groups, masked).quantiles_["new_family"]
+    m_lo, m_hi = np.quantile(resid[:n], [0.1, 0.9])
+    n_lo, n_hi = np.quantile(natural, [0.1, 0.9])
+    assert used == n
+    assert lo <= min(m_lo, n_lo) + 0.02 and hi >= max(m_hi, n_hi) - 0.02

@@ -15,10 +15,12 @@ rows borrows the quantiles of all unobserved-pair rows, then of every row.
 
 Masked rows stand in for unobserved pairs, but they are the family's own chosen types, and
 a new family is not the same as an established family masked on its only type. So, given
-which rows were masked: ``new_family`` is calibrated on natural new families when there are
-``min_rows`` of them, and each unobserved-pair group takes the union of its own interval and
-that of the natural unobserved pairs (types a family ran on for the first time), whichever
-is wider on each side, when the group's rows include masked ones.
+which rows were masked, a group calibrated on both kinds takes the union of the two
+intervals, whichever is wider on each side: ``new_family`` the union of natural new families
+and families masked whole, each when it has ``min_rows`` rows (a day's natural new families
+are a handful of families with many attempts each, too few to set a quantile alone); each
+unobserved-pair group the union of its own interval and that of the natural unobserved pairs
+(types a family ran on for the first time), when the group's rows include masked ones.
 """
 
 from __future__ import annotations
@@ -90,12 +92,17 @@ class IntervalCalibrator:
         self.quantiles_ = {}
         for i, name in enumerate(NOVELTY_GROUPS):
             m = groups == i
+            extra = None  # the other kind's interval, united with this group's own
             if name == "new_family" and (m & ~masked).sum() >= self.min_rows:
+                if (m & masked).sum() >= self.min_rows:
+                    extra = _conformal(resid[m & masked], alpha)
                 m = m & ~masked
+            elif i in _UNOBSERVED and (m & masked).any():
+                extra = guard
             if m.sum() >= self.min_rows:
                 lo, hi = _conformal(resid[m], alpha)
-                if i in _UNOBSERVED and guard is not None and (m & masked).any():
-                    lo, hi = min(lo, guard[0]), max(hi, guard[1])
+                if extra is not None:
+                    lo, hi = min(lo, extra[0]), max(hi, extra[1])
                 self.quantiles_[name] = (lo, hi, int(m.sum()))
             elif i in _UNOBSERVED or name == "new_family":
                 self.quantiles_[name] = (*pooled_unobs[:2], 0)
