@@ -328,12 +328,12 @@ class HistoryBuilder:
         k1, k2 = t["k1"].to_numpy(dtype=np.int64), t["k2"].to_numpy(dtype=np.int64)
         mt, cat, prec = (self._labels[c] for c in ("model_type", "model_category", "precision"))
         keys = np.empty(len(t), dtype=object)
-        for name, text in (("mt", lambda a, b: mt[a]), ("all", lambda a, b: prec[b]),
-                           ("cat", lambda a, b: np.array([f"{c}/{p}" for c in cat
-                                                          for p in prec], dtype=object)
-                            [a * len(prec) + b])):
-            m = level == name
-            keys[m] = text(k1[m], k2[m])
+        is_mt, is_cat = level == "mt", level == "cat"
+        is_all = ~is_mt & ~is_cat
+        keys[is_mt] = mt[k1[is_mt]]
+        cat_prec = np.array([f"{c}/{p}" for c in cat for p in prec], dtype=object)
+        keys[is_cat] = cat_prec[k1[is_cat] * len(prec) + k2[is_cat]]
+        keys[is_all] = prec[k2[is_all]]
         hw = self._labels["hardware"]
         return pd.DataFrame({
             "level": level, "key": keys,

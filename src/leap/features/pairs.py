@@ -234,7 +234,8 @@ class PairModel:
                                feature_name=list(PAIR_FEATURES),
                                categorical_feature=list(CATEGORICAL),
                                params={"max_bin": p.max_bin, "verbosity": -1})
-            boosters.append(lgb.train(p.lgb_params(), data, num_boost_round=p.rounds))
+            boosters.append(lgb.train(p.lgb_params(), data, num_boost_round=p.rounds)
+                            .free_dataset())
         return cls(boosters, vocab)
 
     def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray,

@@ -95,7 +95,9 @@ def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
         callbacks = [lgb.early_stopping(params.early_stopping_rounds, verbose=False)]
     booster = lgb.train(params.lgb_params(), train_set, num_boost_round=params.max_rounds,
                         valid_sets=valid_sets, callbacks=callbacks)
-    return booster, offset
+    # A fitted booster keeps its Datasets (raw rows and bins) alive: drop them, or every
+    # specialist holds a copy of its rows until the model is published.
+    return booster.free_dataset(), offset
 
 
 def _raw_predict(booster: lgb.Booster, X: np.ndarray, scorer: Scorer | None = None
@@ -238,7 +240,7 @@ class CascadeModel(_Fitted):
             callbacks = [lgb.early_stopping(self.router_params.early_stopping_rounds,
                                             verbose=False)]
         self.router_ = lgb.train(rp, train_set, num_boost_round=self.router_params.max_rounds,
-                                 valid_sets=valid, callbacks=callbacks)
+                                 valid_sets=valid, callbacks=callbacks).free_dataset()
 
         lo_all = np.concatenate([[y.min()], edges])
         hi_all = np.concatenate([edges, [y.max()]])
@@ -335,19 +337,22 @@ class NoveltySplitModel(_Fitted):
 
     def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
             categorical: list[str], masked: np.ndarray,
-            val: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-            ) -> NoveltySplitModel:
+            val: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+            train: np.ndarray | None = None) -> NoveltySplitModel:
         """Fit ``seen`` on unmasked rows, ``novel`` on rows without pair history.
 
         ``masked`` marks the rows encoded with their own pair history removed; ``val`` is
-        ``(X, y, base, masked)`` of the early-stopping rows.
+        ``(X, y, base, masked)`` of the early-stopping rows; ``train`` (default: all) marks
+        the rows of ``X`` to fit on, so the caller need not copy them out first.
         """
         self.feature_names_ = list(feature_names)
         self._col = self.feature_names_.index(self.pair_feature)
+        train = np.ones(len(y), dtype=bool) if train is None else train
         novel = ~np.isfinite(X[:, self._col])
         for part, rows, val_rows in (
-                (self.seen, ~masked, None if val is None else ~val[3]),
-                (self.novel, novel, None if val is None else ~np.isfinite(val[0][:, self._col]))):
+                (self.seen, train & ~masked, None if val is None else ~val[3]),
+                (self.novel, train & novel,
+                 None if val is None else ~np.isfinite(val[0][:, self._col]))):
             v = None if val is None or val_rows is None else (
                 val[0][val_rows], val[1][val_rows], val[2][val_rows])
             part.fit(X[rows], y[rows], base=base[rows], feature_names=feature_names,

@@ -387,8 +387,8 @@ def fit_model(ts: TrainingSet, cfg: TrainConfig) -> Model:
     if ts.masked.any() and "fam_hw_n" in names:
         split = NoveltySplitModel(seen=make_model(cfg), novel=GlobalModel(
             params=GBMParams(objective=cfg.objective, seed=cfg.seed)))
-        return split.fit(ts.X[~val], ts.y[~val], base=base[~val], feature_names=names,
-                         categorical=ts.spec.categorical, masked=ts.masked[~val],
+        return split.fit(ts.X, ts.y, base=base, feature_names=names,
+                         categorical=ts.spec.categorical, masked=ts.masked, train=~val,
                          val=(ts.X[val], ts.y[val], base[val], ts.masked[val]))
     unmasked = ~ts.masked if len(ts.masked) else np.ones(len(ts.y), dtype=bool)
     tr, va = ~val & unmasked, val & unmasked
