@@ -146,8 +146,12 @@ class GlobalModel(_Fitted):
 
     def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
             categorical: list[str],
-            val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> GlobalModel:
-        _check_xy(X, y)
+            val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+            train: np.ndarray | None = None) -> GlobalModel:
+        """Fit on the rows ``train`` marks (default: all), early-stopping on ``val``."""
+        _check_xy(X, y, None if train is None else np.flatnonzero(train))
+        if train is not None:
+            X, y, base = X[train], y[train], base[train]
         self.booster_, self.offset_ = _train(self.params, X, y, base, feature_names,
                                              categorical, val)
         self.feature_names_ = list(feature_names)
@@ -211,8 +215,13 @@ class CascadeModel(_Fitted):
 
     def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
             categorical: list[str],
-            val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> CascadeModel:
-        _check_xy(X, y)
+            val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+            train: np.ndarray | None = None) -> CascadeModel:
+        """Fit on the rows ``train`` marks (default: all), early-stopping on ``val``; each
+        booster copies out only its own rows."""
+        idx = np.arange(len(y)) if train is None else np.flatnonzero(train)
+        _check_xy(X, y, idx)
+        y = y[idx]
         k = self.n_specialists
         qs = np.quantile(y, np.linspace(0, 1, k + 1))
         edges = np.unique(qs[1:-1])
@@ -223,12 +232,12 @@ class CascadeModel(_Fitted):
         label = np.searchsorted(edges, y, side="right")
 
         rng = np.random.default_rng(self.router_params.seed)
-        rows = (np.sort(rng.choice(len(y), self.router_max_rows, replace=False))
-                if len(y) > self.router_max_rows else np.arange(len(y)))
+        sample = (np.sort(rng.choice(len(y), self.router_max_rows, replace=False))
+                  if len(y) > self.router_max_rows else np.arange(len(y)))
         rp = self.router_params.lgb_params() | {"num_class": k, "objective": "multiclass"}
         rp.pop("alpha", None)
         # The router sees the base margin as a feature (it is hist_est / the physics estimate).
-        train_set = lgb.Dataset(X[rows], label=label[rows], feature_name=feature_names,
+        train_set = lgb.Dataset(X[idx[sample]], label=label[sample], feature_name=feature_names,
                                 categorical_feature=categorical, free_raw_data=False,
                                 params={"max_bin": self.router_params.max_bin, "verbosity": -1})
         valid: list[lgb.Dataset] = []
@@ -256,7 +265,8 @@ class CascadeModel(_Fitted):
             if val is not None and len(val[1]) > 0:
                 vm = (val[1] >= lo) & (val[1] <= hi)
                 v = (val[0][vm], val[1][vm], val[2][vm])
-            booster, offset = _train(self.params, X[m], y[m], base[m], feature_names,
+            rows = idx[m]
+            booster, offset = _train(self.params, X[rows], y[m], base[rows], feature_names,
                                      categorical, v)
             self.specialists_.append(booster)
             self.offsets_.append(offset)
@@ -355,8 +365,8 @@ class NoveltySplitModel(_Fitted):
                  None if val is None else ~np.isfinite(val[0][:, self._col]))):
             v = None if val is None or val_rows is None else (
                 val[0][val_rows], val[1][val_rows], val[2][val_rows])
-            part.fit(X[rows], y[rows], base=base[rows], feature_names=feature_names,
-                     categorical=categorical, val=v)
+            part.fit(X, y, base=base, feature_names=feature_names, categorical=categorical,
+                     val=v, train=rows)
         self.fitted_ = True
         return self
 
@@ -439,9 +449,13 @@ def model_from_files(files: dict[str, str]) -> Model:
     raise ArtifactError(f"unknown model kind {kind!r} in model.json")
 
 
-def _check_xy(X: np.ndarray, y: np.ndarray) -> None:
+def _check_xy(X: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> None:
+    """``X`` and ``y`` match, and the rows to fit on (``rows``, default all) are enough and
+    have finite targets."""
     if len(X) != len(y):
         raise ModelError(f"X has {len(X)} rows but y has {len(y)}")
+    if rows is not None:
+        y = y[rows]
     if len(y) < 50:
         raise ModelError(f"only {len(y)} training rows; need at least 50 succeeded attempts")
     if not np.all(np.isfinite(y)):

@@ -356,7 +356,7 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
     builder.close()
     timings["snapshot_s"] = snap_s
     timings["features_s"] = enc_s
-    X_full = np.vstack(blocks)
+    X_full = _stack(blocks)
     y = np.concatenate(ys)
     return TrainingSet(
         X=X_full if len(model_cols) == len(FEATURE_NAMES) else X_full[:, model_cols],
@@ -366,6 +366,25 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
         eval_group=novelty(eval_full, FEATURE_NAMES),
         eval_masked_X=eval_masked[:, model_cols], eval_masked_rows=eval_rows,
         eval_masked_group=novelty(eval_masked, FEATURE_NAMES), timings=timings)
+
+
+def _stack(blocks: list[np.ndarray]) -> np.ndarray:
+    """``np.vstack(blocks)`` that lets each block go once copied, emptying ``blocks``: the
+    peak is the result plus one block, not twice the result (blocks a cache still holds
+    stay, of course).
+
+    >>> parts = [np.ones((2, 3)), np.zeros((1, 3))]
+    >>> _stack(parts).sum(axis=1).tolist(), parts
+    ([3.0, 3.0, 0.0], [])
+    """
+    out = np.empty((sum(len(b) for b in blocks), blocks[0].shape[1]))
+    at = 0
+    blocks.reverse()
+    while blocks:
+        block = blocks.pop()
+        out[at:at + len(block)] = block
+        at += len(block)
+    return out
 
 
 def make_model(cfg: TrainConfig) -> GlobalModel | CascadeModel:
@@ -393,7 +412,7 @@ def fit_model(ts: TrainingSet, cfg: TrainConfig) -> Model:
     unmasked = ~ts.masked if len(ts.masked) else np.ones(len(ts.y), dtype=bool)
     tr, va = ~val & unmasked, val & unmasked
     model = make_model(cfg)
-    return model.fit(ts.X[tr], ts.y[tr], base=base[tr], feature_names=names,
+    return model.fit(ts.X, ts.y, base=base, feature_names=names, train=tr,
                      categorical=ts.spec.categorical, val=(ts.X[va], ts.y[va], base[va]))
 
 
