@@ -80,7 +80,8 @@ def expected_loss(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
 
     a = np.abs(mu)
     s = np.maximum(sigma, 1e-9)
-    return s * norm.pdf(a / s) - a * norm.cdf(-a / s)
+    # Clipped: for |mu| >> sigma the two terms cancel to rounding error.
+    return np.maximum(s * norm.pdf(a / s) - a * norm.cdf(-a / s), 0.0)
 
 
 def _usual_shapes(history: pd.DataFrame) -> pd.DataFrame:
