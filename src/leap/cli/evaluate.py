@@ -385,7 +385,7 @@ def _days_list(value: str, option: str) -> list[int]:
 @guarded
 def new_hardware_cmd(
     ctx: typer.Context,
-    hardware: list[str] = typer.Option(["B200", "MI300X"], "--hardware", help="A type to "
+    hardware: list[str] = typer.Option(["B200", "MI300X", "Gaudi3"], "--hardware", help="A type to "
                                        "hold out of training (repeat for several; one "
                                        "retraining each)."),
     as_of: str = typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD). Default: the "

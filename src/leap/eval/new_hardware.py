@@ -146,7 +146,7 @@ def held_out_type(attempts: pd.DataFrame, catalog: Catalog, day: datetime, cfg: 
 
 
 def new_hardware_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None, *,
-                       hardware: Sequence[str] = ("B200", "MI300X"),
+                       hardware: Sequence[str] = ("B200", "MI300X", "Gaudi3"),
                        as_of: datetime | None = None, sample: int = 500, seed: int = 0,
                        curve_days: Sequence[int] | None = DEFAULT_CURVE_DAYS,
                        costs: Catalog | None = None,
