@@ -92,6 +92,8 @@ def plan_cmd(
     from leap.eval.tables import trials_plan_table
 
     print_tables([trials_plan_table(result)])
+    for t in result["trials"]:
+        console.print(f"{t['rank']}. {t['family_id']}: {t['why']}", highlight=False)
     console.print(f"{result['planned']} trial(s) of {result['candidates']:,} families that fit "
                   f"{hardware}; estimated cost ${result['total_cost']:,.0f}"
                   + (f"; wrote {out}" if out is not None else ""))

@@ -295,10 +295,12 @@ def trials_plan_table(plan: Mapping[str, Any]) -> Table:
     rows = tuple((str(t["rank"]), str(t["family_id"]), str(t["model_type"]),
                   f"{t['trainer_count']}x{t['devices_per_trainer'] or 1}, batch "
                   f"{t['batch_size']}", money(t["estimated_cost"]),
-                  f"{t['estimated_hours']:g} h", _num(t["score"], ".3g"), str(t["why"]))
+                  f"{t['estimated_hours']:g} h", _num(t["value_ratio"], ".2f"),
+                  _num(t["interval_ratio"], ".1f"), _num(t["score"], ".3g"))
                  for t in plan.get("trials", []))
     return Table("trials_plan", f"trials on {plan.get('hardware')}, best first",
-                 ("#", "family", "model type", "shape", "cost ($)", "duration", "score", "why"),
+                 ("#", "family", "model type", "shape", "cost ($)", "duration",
+                  "value vs best other", "interval (x)", "score"),
                  rows, labels=4)
 
 

@@ -85,20 +85,27 @@ def expected_loss(mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
 
 
 def _usual_shapes(history: pd.DataFrame) -> pd.DataFrame:
-    """One row per family: its latest attempt among those with its most common shape."""
+    """One row per family: its latest attempt among those with its most common shape.
+
+    Examples
+    --------
+    >>> h = pd.DataFrame({"family_id": ["f", "f", "f"], "trainer_count": [1, 2, 2],
+    ...                   "batch_size": [8, 8, 8], "submitted_at": [1, 2, 3]})
+    >>> _usual_shapes(h)[["trainer_count", "submitted_at"]].values.tolist()
+    [[2, 3]]
+    """
     h = history.copy()
     for c in SHAPE_COLUMNS:
         if c not in h.columns:
             h[c] = np.nan
-    key = h[list(SHAPE_COLUMNS)].astype(str).agg("|".join, axis=1)
-    h["_shape"] = key
-    counts = h.groupby(["family_id", "_shape"], sort=True).size().rename("_n").reset_index()
-    counts = counts.sort_values(["family_id", "_n", "_shape"], ascending=[True, False, True],
+    keys = ["family_id", *SHAPE_COLUMNS]
+    counts = h.groupby(keys, dropna=False, sort=True).size().rename("_n").reset_index()
+    counts = counts.sort_values(["family_id", "_n"], ascending=[True, False],
                                 kind="stable").drop_duplicates("family_id")
-    h = h.merge(counts[["family_id", "_shape"]], on=["family_id", "_shape"])
+    h = h.merge(counts[keys], on=keys)
     h = h.sort_values(["family_id", "submitted_at"], kind="stable").drop_duplicates(
         "family_id", keep="last")
-    return h.drop(columns=["_shape"]).reset_index(drop=True)
+    return h.reset_index(drop=True)
 
 
 def _fits(jobs: pd.DataFrame, catalog: Catalog, hardware: str) -> np.ndarray:
