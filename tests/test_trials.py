@@ -32,6 +32,21 @@ def _fast_config() -> Any:
 
 
 @pytest.fixture(scope="module")
+def fast_home(sim_workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    """A copy of the small fleet with a published model (fast settings: no pair model)."""
+    import shutil
+
+    from leap.model.train import train_nightly
+
+    ws = Workspace(tmp_path_factory.mktemp("trials-home"))
+    shutil.copy(sim_workspace.store_path, ws.home / "leap.duckdb")
+    with Store(ws.store_path, read_only=True) as store:
+        train_nightly(store, Catalog.default(), Registry(ws.models_dir), as_of=SMALL_AS_OF,
+                      cfg=_fast_config())
+    return ws
+
+
+@pytest.fixture(scope="module")
 def study(sim_workspace: Workspace) -> dict[str, Any]:
     with Store(sim_workspace.store_path, read_only=True) as store:
         return trials_study(store, Catalog.default(), _fast_config(), hardware="MI300X",
@@ -63,17 +78,17 @@ def test_choice_is_greedy_and_a_smaller_plan_is_a_prefix(rows: list[tuple[str, f
     assert sorted(plain["score"], reverse=True) == list(plain["score"])
 
 
-def test_bad_budget_and_unknown_hardware(trained_workspace: Workspace) -> None:
+def test_bad_budget_and_unknown_hardware(fast_home: Workspace) -> None:
     with pytest.raises(ConfigError, match=r"^budget must be >= 1"):
         choose(pd.DataFrame({"family_id": [], "model_type": [], "score": []}), 0)
-    art = Registry(trained_workspace.models_dir).load()
+    art = Registry(fast_home.models_dir).load()
     with pytest.raises(CatalogError, match="unknown hardware 'B20'; did you mean 'B200'"):
         plan_trials(art, pd.DataFrame(), "B20", 5)
 
 
-def test_plan_covers_types_and_says_why(trained_workspace: Workspace) -> None:
-    art = Registry(trained_workspace.models_dir).load()
-    with Store(trained_workspace.store_path, read_only=True) as store:
+def test_plan_covers_types_and_says_why(fast_home: Workspace) -> None:
+    art = Registry(fast_home.models_dir).load()
+    with Store(fast_home.store_path, read_only=True) as store:
         hist = load_attempts(store, SMALL_AS_OF - pd.Timedelta(days=10), SMALL_AS_OF)
     plan = plan_trials(art, hist, "MI300X", 10, type_discount=0.5)
     rows = plan.rows
@@ -134,9 +149,9 @@ def _cli(args: list[str]) -> Any:
     return CliRunner().invoke(app, args)
 
 
-def test_cli_plan_writes_csv_and_refuses_bad_input(trained_workspace: Workspace,
+def test_cli_plan_writes_csv_and_refuses_bad_input(fast_home: Workspace,
                                                    tmp_path: Path) -> None:
-    home = str(trained_workspace.home)
+    home = str(fast_home.home)
     out = tmp_path / "plan.csv"
     res = _cli(["--home", home, "trials", "plan", "--hardware", "MI300X", "--budget", "5",
                 "--out", str(out)])
@@ -148,3 +163,16 @@ def test_cli_plan_writes_csv_and_refuses_bad_input(trained_workspace: Workspace,
     assert "Traceback" not in res.output
     res = _cli(["--home", home, "trials", "plan", "--hardware", "MI300X", "--budget", "0"])
     assert res.exit_code == 1 and "--budget must be >= 1" in res.output
+
+
+def test_report_picks_up_the_saved_check(study: dict[str, Any], tmp_path: Path) -> None:
+    from leap.eval.backtest import write_json_atomic
+    from leap.eval.report import write_report
+    from leap.eval.studies import saved_study
+
+    (tmp_path / "reports").mkdir()
+    write_json_atomic(tmp_path / "reports" / "trials.json", study)
+    saved = saved_study(tmp_path, "trials.json", "arms")
+    assert saved is not None and saved["hardware"] == "MI300X"
+    page = write_report(tmp_path / "out", trials=saved)
+    assert "Trial jobs on a new type" in page.read_text()
