@@ -68,7 +68,9 @@ def workspace(ctx: typer.Context) -> Workspace:
 FLAGS: dict[str, str] = {
     "nights": "--nights", "end": "--end", "window_days": "--window-days",
     "as_of": "--as-of", "source": "--model-source", "type_share": "--type-share",
-    "dask": "--dask", "workers": "--workers",
+    "dask": "--dask", "workers": "--workers", "budget": "--budget", "budgets": "--budgets",
+    "hardware": "--hardware", "trial_hours": "--trial-hours", "type_discount": "--type-discount",
+    "sample": "--sample",
 }
 
 
@@ -120,7 +122,7 @@ def _register() -> None:
     import importlib
 
     for mod in ("data", "sim", "model", "rank", "describe", "ops", "evaluate", "bench_data",
-                "demo"):
+                "trials", "demo"):
         importlib.import_module(f"leap.cli.{mod}")
 
 

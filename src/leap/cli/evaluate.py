@@ -1,4 +1,5 @@
-"""CLI: `leap backtest`, `leap report` and `leap experiment lookup|ranking|impact|new-families`."""
+"""CLI: `leap backtest`, `leap report` and `leap experiment
+lookup|ranking|impact|new-families|new-hardware`."""
 
 from __future__ import annotations
 
@@ -367,6 +368,73 @@ def new_families_cmd(
                   f"{result['timings']['total_s']:.0f} s")
 
 
+def _days_list(value: str, option: str) -> list[int]:
+    try:
+        days = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{option} must be whole numbers separated by commas, got "
+                          f"{value!r}") from None
+    if any(d < 0 for d in days):
+        raise ConfigError(f"{option} must be numbers >= 0, got {value!r}")
+    return days
+
+
+@experiment_app.command("new-hardware", epilog="Example:  leap experiment new-hardware "
+                        "--hardware B200 --hardware MI300X --json   (writes "
+                        "<home>/work/reports/new_hardware.json)")
+@guarded
+def new_hardware_cmd(
+    ctx: typer.Context,
+    hardware: list[str] = typer.Option(["B200", "MI300X", "Gaudi3"], "--hardware", help="A type to "
+                                       "hold out of training (repeat for several; one "
+                                       "retraining each)."),
+    as_of: str = typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD). Default: the "
+                              "last full day in the store.", show_default=False),
+    sample: int = typer.Option(500, "--sample", min=1, help="Jobs of the day ranked per type "
+                               "against the oracle (simulated stores)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the job sample."),
+    curve_days: str = typer.Option("0,1,2,3,5,7,10,14,20", "--curve-days",
+                                   help="Days of history of the newest type at which it is "
+                                   "scored (one retraining each); '' skips the curve."),
+    window_days: int = _window_opt(),
+    model: str = _model_opt(),
+    specialists: int = _specialists_opt(),
+    out: Path = typer.Option(None, "--out", help="Directory for new_hardware.json. Default: "
+                             "<home>/work/reports.", show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Hold accelerator types out of training and measure accuracy and ranking regret on them,
+    beside the same types seen; and the newest type's accuracy night by night since its first
+    day, beside the fleet's.
+
+    One retraining per held-out type (plus one on everything) and one per curve night.
+    """
+    from leap.catalog import Catalog
+    from leap.data.store import Store
+    from leap.eval.backtest import write_json_atomic
+    from leap.eval.new_hardware import new_hardware_study
+
+    ws = workspace(ctx)
+    _require_store(ws)
+    cfg = _train_config(window_days, model, specialists, False)
+    catalog = Catalog.load(ws.catalog_path)
+    with Store(ws.store_path, read_only=True) as store, \
+            err_console.status("new-hardware study", spinner="dots") as status:
+        result = new_hardware_study(store, catalog, cfg, hardware=hardware,
+                                    as_of=_day(as_of, "--as-of"), sample=sample, seed=seed,
+                                    curve_days=_days_list(curve_days, "--curve-days"),
+                                    progress=status.update)
+    directory = out if out is not None else ws.work_dir / "reports"
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(directory / "new_hardware.json", result)
+    if as_json:
+        print_json(result)
+        return
+    _print_tables({"new_hardware": result})
+    console.print(f"wrote {directory / 'new_hardware.json'}; "
+                  f"{result['timings']['total_s']:.0f} s")
+
+
 # leap report ----------------------------------------------------------------------------------
 @app.command("report", epilog="Examples:\n\n  leap report --out reports/2026-01\n\n"
              "  leap report --out /tmp/r --nights 5 --window-days 7 --model global --sample 300")
@@ -430,7 +498,7 @@ def report_cmd(
         return
     parts = report.parts()
     _print_tables({k: parts[k] for k in ("backtest", "lookup", "ranking", "impact",
-                                         "new_families")})
+                                         "new_families", "new_hardware", "trials")})
     console.print(f"wrote {page} (and report.json, plots) in {out}")
 
 

@@ -93,7 +93,9 @@ def _blank(jobs: pd.DataFrame) -> pd.DataFrame:
     return jobs.assign(**{c: np.nan for c in cols})
 
 
-def _block(pred: np.ndarray, jobs: pd.DataFrame) -> dict[str, float]:
+def score_block(pred: np.ndarray, jobs: pd.DataFrame) -> dict[str, float]:
+    """Accuracy figures of ``pred`` against the measured throughput of ``jobs``, with the
+    median (absolute) log ratio: the sign and size of the typical miss."""
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     hours = None
     if "duration_hours" in jobs.columns:
@@ -120,9 +122,9 @@ def _compare(seen: WindowModel, held_out: WindowModel, jobs: pd.DataFrame) -> di
         "n": len(jobs),
         "families": int(jobs["family_id"].nunique()),
         "model_types": int(jobs["model_type"].nunique()),
-        "seen": _block(seen.artifact.predict(jobs), jobs),
-        "held_out_with_prior": _block(with_prior, jobs),
-        "held_out_without_prior": _block(held_out.artifact.predict(_blank(jobs)), jobs),
+        "seen": score_block(seen.artifact.predict(jobs), jobs),
+        "held_out_with_prior": score_block(with_prior, jobs),
+        "held_out_without_prior": score_block(held_out.artifact.predict(_blank(jobs)), jobs),
         "new_to_held_out_model": float((~family_seen(held_out.artifact.snapshot, jobs)).mean()),
     }
     out["drop_points"] = 100 * (out["seen"]["accuracy"]
@@ -210,7 +212,7 @@ def new_families_study(store: Any, catalog: Catalog, cfg: TrainConfig | None = N
         "left_out_families": len(out_families),
         "left_out_training_attempts": int(dropped.sum()),
         "single_family_id": family,
-        "overall_seen": _block(seen.artifact.predict(held), held),
+        "overall_seen": score_block(seen.artifact.predict(held), held),
         "model_type_groups": _compare(seen, held_out, group_jobs),
         "model_type_groups_by_category": _by_category(seen, held_out, group_jobs),
         "single_family": _compare(seen, held_out, single_jobs),

@@ -78,7 +78,9 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
                  impact: Mapping[str, Any] | None = None,
                  real_data: Mapping[str, Any] | None = None,
                  notes: Sequence[str] = (), meta: Mapping[str, Any] | None = None,
-                 new_families: Mapping[str, Any] | None = None) -> Path:
+                 new_families: Mapping[str, Any] | None = None,
+                 new_hardware: Mapping[str, Any] | None = None,
+                 trials: Mapping[str, Any] | None = None) -> Path:
     """Write ``index.html``, ``report.json`` and the plots into ``out_dir``; return the page.
 
     Parameters
@@ -97,6 +99,10 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
         :func:`leap.eval.real_data.run_real_data`; rendered by its ``html_section``.
     new_families : dict, optional
         :func:`leap.eval.new_families.new_families_study`.
+    new_hardware : dict, optional
+        :func:`leap.eval.new_hardware.new_hardware_study`.
+    trials : dict, optional
+        :func:`leap.eval.trials.trials_study`.
     notes : sequence of str
         Lines shown under the title (e.g. which model the studies used).
     meta : dict, optional
@@ -108,7 +114,8 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
         Nothing to report (every part is None).
     """
     parts = {"backtest": backtest, "lookup": lookup, "ranking": ranking, "impact": impact,
-             "real_data": real_data, "new_families": new_families}
+             "real_data": real_data, "new_families": new_families,
+             "new_hardware": new_hardware, "trials": trials}
     if all(v is None for v in parts.values()):
         raise ConfigError("nothing to report: pass at least one result (backtest, lookup, "
                           "ranking, impact or real data)")
@@ -226,6 +233,21 @@ def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
                     "without their architecture columns (the prior a job's model_config "
                     "gives).</p>")
         body.append(_html_table(tables["new_families"]))
+    if report.get("new_hardware"):
+        body.append("<h2>New hardware: a type held out of training</h2><p>Every attempt on "
+                    "the type leaves the training window; its attempts of the held-out day are "
+                    "scored by the model that saw it and by the one that did not, and jobs that "
+                    "could run on it are ranked against the oracle. The newest type's curve "
+                    "scores it night by night after its first day.</p>")
+        for key in ("new_hardware", "new_hardware_curve"):
+            if key in tables:
+                body.append(_html_table(tables[key]))
+    if report.get("trials") and "trials" in tables:
+        body.append("<h2>Trial jobs on a new type</h2><p>The planned trials (window spend x "
+                    "expected ranking loss removed per trial dollar, greedy, model types "
+                    "covered) against random trials of the same number and cost, measured by "
+                    "the simulator, added to the history and retrained.</p>")
+        body.append(_html_table(tables["trials"]))
     if report.get("real_data"):
         body.append(real_data_section(report["real_data"]))
     return (f"<!doctype html><html><head><meta charset=utf-8><title>leap evaluation report"

@@ -257,6 +257,8 @@ class Report:
     impact: ImpactResult | None = None
     real_data: Any = None
     new_families: dict[str, Any] | None = None
+    new_hardware: dict[str, Any] | None = None
+    trials: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     def parts(self) -> dict[str, dict[str, Any] | None]:
@@ -266,7 +268,8 @@ class Report:
                 "ranking": None if self.ranking is None else self.ranking.to_dict(),
                 "impact": None if self.impact is None else self.impact.to_dict(),
                 "real_data": real.to_dict() if hasattr(real, "to_dict") else real,
-                "new_families": self.new_families}
+                "new_families": self.new_families, "new_hardware": self.new_hardware,
+                "trials": self.trials}
 
     def write(self, out_dir: Path, meta: dict[str, Any]) -> Path:
         """Write ``index.html``, ``report.json`` and the plots; return the page."""
@@ -324,4 +327,9 @@ def run_report(store: Store, backtest: BacktestResult, *, catalog: Catalog,
     if report.new_families is not None:
         notes.append(f"new-families study: {work_dir / 'reports' / 'new_families.json'} "
                      f"(day {report.new_families.get('day')})")
+    report.new_hardware = saved_study(work_dir, "new_hardware.json", "types")
+    report.trials = saved_study(work_dir, "trials.json", "arms")
+    for name, part in (("new-hardware", report.new_hardware), ("trials", report.trials)):
+        if part is not None:
+            notes.append(f"{name} study: {work_dir / 'reports'} (day {part.get('day')})")
     return report

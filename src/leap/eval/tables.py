@@ -201,7 +201,107 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
     nf = report.get("new_families")
     if nf:
         tables.append(new_families_table(nf))
+    nh = report.get("new_hardware")
+    if nh:
+        tables.extend(new_hardware_tables(nh))
+    tr = report.get("trials")
+    if tr:
+        tables.append(trials_table(tr))
     return tables
+
+
+def _get(block: Mapping[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(block, Mapping) or k not in block:
+            return math.nan
+        block = block[k]
+    return block
+
+
+def _num(x: Any, fmt: str = ".3f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def new_hardware_tables(nh: Mapping[str, Any]) -> list[Table]:
+    """The new-hardware study (:func:`leap.eval.new_hardware.new_hardware_study`) as tables.
+
+    Examples
+    --------
+    >>> t = new_hardware_tables({"day": "2026-01-31", "types": {"B200": {
+    ...     "n": 5, "seen": {"accuracy": 0.9}, "held_out": {"accuracy": 0.4},
+    ...     "drop_points": 50.0}}})
+    >>> t[0].rows[0][:4]
+    ('B200', '5', '90.0%', '40.0%')
+    """
+    rows = []
+    for name, b in nh.get("types", {}).items():
+        rk = b.get("ranking") or {}
+        rows.append((name, f"{int(b.get('n', 0)):,}", pct(_get(b, "seen", "accuracy")),
+                     pct(_get(b, "held_out", "accuracy")), _num(b.get("drop_points"), ".1f"),
+                     f"{int(rk.get('n_sampled', 0)):,}",
+                     _num(_get(rk, "seen", "mean_regret")),
+                     _num(_get(rk, "held_out", "mean_regret")),
+                     pct(_get(rk, "seen", "picks_type")), pct(_get(rk, "held_out", "picks_type")),
+                     pct(rk.get("type_is_best", math.nan))))
+    tables = [Table("new_hardware", f"types held out of training, scored on "
+                    f"{nh.get('day', 'the held-out day')} beside the same type seen",
+                    ("type", "attempts", "±20% seen", "±20% held out", "drop (points)",
+                     "jobs ranked", "regret seen", "regret held out", "picked (seen)",
+                     "picked (held out)", "truly best"), tuple(rows))]
+    curve = nh.get("curve") or {}
+    if curve.get("nights"):
+        tables.append(Table(
+            "new_hardware_curve", f"newest type {curve.get('hardware')} (first day "
+            f"{curve.get('first_day')}) night by night, beside the fleet",
+            ("night", "days of history", "attempts", "±20% on the type", "±20% fleet",
+             "gap (points)"),
+            tuple((n["day"], str(n["days_of_history"]), f"{int(n['n']):,}",
+                   pct(n.get("accuracy", math.nan)), pct(n.get("fleet_accuracy", math.nan)),
+                   _num(n.get("gap_points", math.nan), ".1f")) for n in curve["nights"])))
+    return tables
+
+
+def trials_table(tr: Mapping[str, Any]) -> Table:
+    """The trials check (:func:`leap.eval.trials.trials_study`): planned vs random trials.
+
+    Examples
+    --------
+    >>> arm = {"trials": 5, "cost": 10.0, "succeeded": 5, "model_types": 4,
+    ...        "accuracy": {"accuracy": 0.5}, "ranking": {"mean_regret": 0.1}}
+    >>> trials_table({"hardware": "B200", "arms": {"5": {"planned": arm}}}).rows[0][:3]
+    ('5', 'planned', '10')
+    """
+    rows = []
+    for n, arms in tr.get("arms", {}).items():
+        for kind in ("planned", "random"):
+            a = arms.get(kind)
+            if a is None:
+                continue
+            rows.append((str(n), kind, money(a.get("cost", 0.0)),
+                         f"{int(a.get('succeeded', 0))}/{int(a.get('trials', 0))}",
+                         str(a.get("model_types", 0)), pct(_get(a, "accuracy", "accuracy")),
+                         _num(_get(a, "accuracy", "median_abs_log_ratio")),
+                         _num(_get(a, "ranking", "mean_regret")),
+                         pct(_get(a, "ranking", "top1_agreement"))))
+    kind = "new" if tr.get("new_type", True) else "little-used"
+    return Table("trials", f"trials on the {kind} type {tr.get('hardware')}: planned against "
+                 f"random trials of the same number and cost, scored on {tr.get('day')}",
+                 ("trials", "choice", "cost ($)", "succeeded", "model types", "±20% on the type",
+                  "median |log ratio|", "mean regret", "top-1"), tuple(rows), labels=2)
+
+
+def trials_plan_table(plan: Mapping[str, Any]) -> Table:
+    """A plan of :func:`leap.eval.trials.plan_trials` (its ``to_dict``) as a table."""
+    rows = tuple((str(t["rank"]), str(t["family_id"]), str(t["model_type"]),
+                  f"{t['trainer_count']}x{t['devices_per_trainer'] or 1}, batch "
+                  f"{t['batch_size']}", money(t["estimated_cost"]),
+                  f"{t['estimated_hours']:g} h", _num(t["value_ratio"], ".2f"),
+                  _num(t["interval_ratio"], ".1f"), _num(t["score"], ".3g"))
+                 for t in plan.get("trials", []))
+    return Table("trials_plan", f"trials on {plan.get('hardware')}, best first",
+                 ("#", "family", "model type", "shape", "cost ($)", "duration",
+                  "value vs best other", "interval (x)", "score"),
+                 rows, labels=4)
 
 
 def new_families_table(nf: Mapping[str, Any]) -> Table:

@@ -1,0 +1,77 @@
+"""leap experiment new-hardware: a type held out of training, and the newest type's curve."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import SMALL_AS_OF, small_train_config
+from leap.catalog import Catalog
+from leap.config import Workspace
+from leap.data.store import Store
+from leap.errors import CatalogError
+from leap.eval.new_hardware import check_hardware, new_hardware_study, newest_type
+from leap.eval.report import report_tables, write_report
+
+
+def _fast_config() -> Any:
+    return replace(small_train_config(), window_days=5, pair_model=False, mask_share=0.1)
+
+
+@pytest.fixture(scope="module")
+def study(sim_workspace: Workspace) -> dict[str, Any]:
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        return new_hardware_study(store, Catalog.default(), _fast_config(),
+                                  hardware=("MI300X",), as_of=SMALL_AS_OF, sample=150,
+                                  curve_days=(0, 1))
+
+
+def test_held_out_type_is_scored_beside_seen(study: dict[str, Any]) -> None:
+    json.dumps(study)
+    b = study["types"]["MI300X"]
+    assert b["n"] > 10 and b["training_attempts_left_out"] > 100
+    assert b["drop_points"] == pytest.approx(100 * (b["seen"]["accuracy"]
+                                                    - b["held_out"]["accuracy"]))
+    # History of the type is what the seen model has and the held-out one lacks.
+    assert b["seen"]["median_abs_log_ratio"] < b["held_out"]["median_abs_log_ratio"]
+    rk = b["ranking"]
+    assert rk["n_sampled"] > 0 and 0 <= rk["type_is_best"] <= 1
+    for key in ("seen", "held_out"):
+        assert 0 <= rk[key]["mean_regret"] <= 1 and 0 <= rk[key]["picks_type"] <= 1
+
+
+def test_newest_type_curve(study: dict[str, Any], sim_workspace: Workspace) -> None:
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        name, first = newest_type(store)  # type: ignore[misc]
+    # The default scenario's new type arrives on day 10 of the simulation.
+    assert name == "B200" and first.date().isoformat() == "2026-01-11"
+    curve = study["curve"]
+    assert curve["hardware"] == "B200"
+    assert [n["days_of_history"] for n in curve["nights"]] == [0, 1]
+    assert all(0 <= n["fleet_accuracy"] <= 1 for n in curve["nights"])
+
+
+def test_unknown_type_says_what_it_meant() -> None:
+    with pytest.raises(CatalogError, match="unknown hardware 'MI300'; did you mean 'MI300X'"):
+        check_hardware(["MI300"], Catalog.default())
+
+
+def test_report_has_the_tables(study: dict[str, Any], tmp_path: Path) -> None:
+    keys = [t.key for t in report_tables({"new_hardware": study})]
+    assert keys == ["new_hardware", "new_hardware_curve"]
+    page = write_report(tmp_path, new_hardware=study)
+    assert "New hardware: a type held out of training" in page.read_text()
+
+
+def test_cli_refuses_an_unknown_type(sim_workspace: Workspace) -> None:
+    from leap.cli import _register, app
+
+    _register()
+    res = CliRunner().invoke(app, ["--home", str(sim_workspace.home), "experiment",
+                                   "new-hardware", "--hardware", "B20O"])
+    assert res.exit_code == 1 and "unknown hardware 'B20O'" in res.output
