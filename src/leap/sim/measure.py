@@ -16,12 +16,12 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from leap.data.schema import PRECISIONS
+from leap.data.schema import STATUSES
 from leap.sim.families import attempt_duration_sd
 from leap.sim.fleet import Fleet
+from leap.sim.run import attempt_table
 
-#: Status names in the order of the outcome draw.
-_OK, _FAILED, _OOM = "succeeded", "failed", "oom"
+_OK, _FAILED, _OOM = (STATUSES.index(s) for s in ("succeeded", "failed", "oom"))
 
 
 def measure_jobs(fleet: Fleet, jobs: pd.DataFrame, hardware: str, at: datetime,
@@ -86,44 +86,9 @@ def measure_jobs(fleet: Fleet, jobs: pd.DataFrame, hardware: str, at: datetime,
     status = np.where(oom, _OOM, np.where(u_status < sc.failure_prob, _FAILED, _OK))
     ok = status == _OK
     measured = np.where(ok, true * noise * np.where(straggler, slow, 1.0), np.nan)
-    types = fleet.types
-    mt = shape.model_type
     if duration_hours is not None:
         duration = np.full(n, float(duration_hours))
-    return pd.DataFrame({
-        "attempt_id": [f"{id_prefix}{i}" for i in range(n)],
-        "family_id": fleet.family_ids()[fam].astype(object),
-        "model_type": types.name[mt].astype(object),
-        "submitted_at": pd.Timestamp(at).tz_convert("UTC") if pd.Timestamp(at).tzinfo
-        else pd.Timestamp(at, tz="UTC"),
-        "hardware": hardware,
-        "trainer_count": shape.trainer_count.astype(np.int64),
-        "batch_size": shape.batch_size.astype(np.int64),
-        "status": status.astype(object),
-        "throughput": measured,
-        "model_category": np.asarray([_category(c) for c in types.category[mt]], dtype=object),
-        "num_params": _floats(types.num_params[mt]),
-        "flops_per_sample": _floats(types.flops_per_sample[mt]),
-        "embedding_params": _floats(types.embedding_params[mt]),
-        "num_layers": _floats(types.num_layers[mt]),
-        "hidden_dim": _floats(types.hidden_dim[mt]),
-        "seq_len": _floats(types.seq_len[mt]),
-        "num_dense_features": _floats(types.num_dense_features[mt]),
-        "num_sparse_features": _floats(types.num_sparse_features[mt]),
-        "precision": np.asarray([PRECISIONS[p] for p in shape.precision], dtype=object),
-        "devices_per_trainer": shape.devices_per_trainer.astype(np.int64),
-        "data_parallel": shape.data_parallel.astype(np.int64),
-        "tensor_parallel": shape.tensor_parallel.astype(np.int64),
-        "pipeline_parallel": shape.pipeline_parallel.astype(np.int64),
-        "duration_hours": np.minimum(duration, sc.duration_cap_hours),
-    })
-
-
-def _category(index: int) -> str:
-    from leap.sim.scenario import CATEGORIES
-
-    return CATEGORIES[int(index)]
-
-
-def _floats(values: np.ndarray) -> np.ndarray:
-    return np.asarray(values, dtype=np.float64)
+    submitted_us = np.full(n, int(pd.Timestamp(at).timestamp() * 1_000_000))
+    return attempt_table(fleet, [f"{id_prefix}{i}" for i in range(n)], fam, shape, hw,
+                         submitted_us, status, measured,
+                         np.minimum(duration, sc.duration_cap_hours)).to_pandas()

@@ -129,17 +129,33 @@ def simulate_day(fleet: Fleet, day: int) -> DayOutcome:
     duration = np.where(oom, duration * (0.01 + 0.04 * cut),
                         np.where(ok, duration, duration * (0.02 + 0.98 * cut)))
 
-    mt = shape.model_type
-    types = fleet.types
     prefix = f"sim-{fleet.seed}-{day:04d}-"
     start_us = int((fleet.start.timestamp()) * 1_000_000) + day * _US_PER_DAY
+    table = attempt_table(fleet, [f"{prefix}{i:06d}" for i in range(n)], fam, shape, hw,
+                          start_us + offset_us, status, measured, duration)
+    counts = np.bincount(placed.choice, minlength=len(CHOICES))
+    return DayOutcome(table=table, choice_counts=dict(zip(CHOICES, counts.tolist(),
+                                                           strict=True)),
+                      families=np.unique(fam))
+
+
+def attempt_table(fleet: Fleet, attempt_ids: list[str], fam: np.ndarray, shape: JobShape,
+                  hw: np.ndarray, submitted_us: np.ndarray, status: np.ndarray,
+                  measured: np.ndarray, duration: np.ndarray) -> pa.Table:
+    """Attempt rows (:data:`~leap.data.schema.ATTEMPTS_SCHEMA`) of simulated jobs: families
+    ``fam`` at ``shape`` on pool types ``hw``, submitted at ``submitted_us`` (microseconds
+    since the epoch), with ``status`` (indices into ``STATUSES``), ``measured`` samples/s
+    (NaN unless succeeded) and ``duration`` hours. What :func:`simulate_day` writes and
+    :func:`leap.sim.measure.measure_jobs` returns.
+    """
+    mt = shape.model_type
+    types = fleet.types
     names = pa.array(fleet.pool.names, pa.string())
     columns: dict[str, pa.Array] = {
-        "attempt_id": pa.array([f"{prefix}{i:06d}" for i in range(n)], pa.string()),
+        "attempt_id": pa.array(attempt_ids, pa.string()),
         "family_id": pa.array(fleet.family_ids()[fam], pa.string()),
         "model_type": pa.array(types.name[mt], pa.string()),
-        "submitted_at": pa.array(start_us + offset_us, ATTEMPTS_SCHEMA.field(
-            "submitted_at").type),
+        "submitted_at": pa.array(submitted_us, ATTEMPTS_SCHEMA.field("submitted_at").type),
         "hardware": names.take(pa.array(hw)),
         "trainer_count": pa.array(shape.trainer_count, pa.int64()),
         "batch_size": pa.array(shape.batch_size, pa.int64()),
@@ -162,11 +178,7 @@ def simulate_day(fleet: Fleet, day: int) -> DayOutcome:
         "pipeline_parallel": pa.array(shape.pipeline_parallel, pa.int64()),
         "duration_hours": pa.array(duration, pa.float64()),
     }
-    table = pa.Table.from_pydict(columns, schema=ATTEMPTS_SCHEMA)
-    counts = np.bincount(placed.choice, minlength=len(CHOICES))
-    return DayOutcome(table=table, choice_counts=dict(zip(CHOICES, counts.tolist(),
-                                                           strict=True)),
-                      families=np.unique(fam))
+    return pa.Table.from_pydict(columns, schema=ATTEMPTS_SCHEMA)
 
 
 @dataclass
