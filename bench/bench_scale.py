@@ -124,7 +124,15 @@ def train(home: Path) -> dict[str, Any]:
     proc = run([sys.executable, "-c", _TRAIN, "--home", str(home), "train", "--as-of", AS_OF,
                 "--force", "--json"])
     wall = time.perf_counter() - t0
-    result = json.loads(proc.stdout)
+    # The result is the JSON object `--json` prints; anything a native library writes to
+    # stdout around it (seen once at 4x) is skipped, and kept beside the results to read.
+    start = proc.stdout.find("{\n")
+    if start < 0:
+        raise SystemExit(f"no JSON result from the training of {home}:\n{proc.stdout[-2000:]}")
+    if proc.stdout[:start].strip() or proc.stdout[start:].count("\n}\n") != 1:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        (OUT.parent / f"bench_scale_{home.name}_stdout.txt").write_text(proc.stdout)
+    result, _ = json.JSONDecoder().raw_decode(proc.stdout, start)
     mem = json.loads(proc.stderr.strip().splitlines()[-1])
     t = result["timings_s"]
     # Stages run in this order; the fit starts after loading, history and features.
