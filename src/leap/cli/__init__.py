@@ -116,6 +116,22 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def write_study(directory: Path, name: str, result: dict[str, Any], *, as_json: bool,
+                seconds: float) -> None:
+    """Write a study's result to ``directory/<name>.json`` (where ``leap report`` finds it),
+    then print it as JSON (``--json``) or as its tables and where it went."""
+    from leap.eval.backtest import write_json_atomic
+    from leap.eval.tables import report_tables
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(directory / f"{name}.json", result)
+    if as_json:
+        print_json(result)
+        return
+    print_tables(report_tables({name: result}))
+    console.print(f"wrote {directory / f'{name}.json'}; {seconds:.0f} s")
+
+
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`; each module owns its commands.
     # The order here is the order of `leap --help`.

@@ -27,6 +27,7 @@ from leap.cli import (
     print_json,
     print_tables,
     workspace,
+    write_study,
 )
 from leap.cli.bench_data import experiment_group
 from leap.config import Workspace
@@ -346,7 +347,6 @@ def new_families_cmd(
     """
     from leap.catalog import Catalog
     from leap.data.store import Store
-    from leap.eval.backtest import write_json_atomic
     from leap.eval.new_families import new_families_study
 
     ws = workspace(ctx)
@@ -357,15 +357,8 @@ def new_families_cmd(
         result = new_families_study(store, Catalog.load(ws.catalog_path), cfg,
                                     as_of=_day(as_of, "--as-of"), type_share=type_share,
                                     seed=seed, progress=status.update)
-    directory = out if out is not None else ws.work_dir / "reports"
-    directory.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(directory / "new_families.json", result)
-    if as_json:
-        print_json(result)
-        return
-    _print_tables({"new_families": result})
-    console.print(f"wrote {directory / 'new_families.json'}; "
-                  f"{result['timings']['total_s']:.0f} s")
+    write_study(out if out is not None else ws.work_dir / "reports", "new_families", result,
+                as_json=as_json, seconds=result['timings']['total_s'])
 
 
 def _days_list(value: str, option: str) -> list[int]:
@@ -411,7 +404,6 @@ def new_hardware_cmd(
     """
     from leap.catalog import Catalog
     from leap.data.store import Store
-    from leap.eval.backtest import write_json_atomic
     from leap.eval.new_hardware import new_hardware_study
 
     ws = workspace(ctx)
@@ -424,15 +416,8 @@ def new_hardware_cmd(
                                     as_of=_day(as_of, "--as-of"), sample=sample, seed=seed,
                                     curve_days=_days_list(curve_days, "--curve-days"),
                                     progress=status.update)
-    directory = out if out is not None else ws.work_dir / "reports"
-    directory.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(directory / "new_hardware.json", result)
-    if as_json:
-        print_json(result)
-        return
-    _print_tables({"new_hardware": result})
-    console.print(f"wrote {directory / 'new_hardware.json'}; "
-                  f"{result['timings']['total_s']:.0f} s")
+    write_study(out if out is not None else ws.work_dir / "reports", "new_hardware", result,
+                as_json=as_json, seconds=result['timings']['total_s'])
 
 
 # leap report ----------------------------------------------------------------------------------

@@ -9,7 +9,16 @@ from typing import Any
 
 import typer
 
-from leap.cli import app, console, err_console, guarded, print_json, print_tables, workspace
+from leap.cli import (
+    app,
+    console,
+    err_console,
+    guarded,
+    print_json,
+    print_tables,
+    workspace,
+    write_study,
+)
 from leap.errors import ConfigError
 
 trials_app = typer.Typer(help="Trial jobs on a new (or little-used) accelerator type: which "
@@ -130,7 +139,6 @@ def check_cmd(
     from leap.catalog import Catalog
     from leap.cli.model import parse_day
     from leap.data.store import Store
-    from leap.eval.backtest import write_json_atomic
     from leap.eval.trials import trials_study
     from leap.model.train import TrainConfig
 
@@ -150,13 +158,5 @@ def check_cmd(
                               budgets=numbers, as_of=parse_day(as_of, "--as-of"),
                               new_type=not little_used, sample=sample, seed=seed,
                               trial_hours=trial_hours, progress=status.update)
-    directory = out if out is not None else ws.work_dir / "reports"
-    directory.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(directory / "trials.json", result)
-    if as_json:
-        print_json(result)
-        return
-    from leap.eval.tables import report_tables
-
-    print_tables(report_tables({"trials": result}))
-    console.print(f"wrote {directory / 'trials.json'}; {result['wall_s']:.0f} s")
+    write_study(out if out is not None else ws.work_dir / "reports", "trials", result,
+                as_json=as_json, seconds=result["wall_s"])
