@@ -14,7 +14,7 @@ from leap import metrics
 from leap.catalog import Catalog
 from leap.config import Workspace
 from leap.data.store import Store
-from leap.errors import ConfigError
+from leap.errors import ConfigError, ParamError
 from leap.eval.backtest import (
     FORMAT_VERSION,
     comparable,
@@ -26,7 +26,6 @@ from leap.eval.backtest import (
 )
 from leap.eval.baselines import gpu_hours, lookup_comparison
 from leap.eval.parallel import Parallel
-from leap.eval.params import ParamError
 from leap.eval.studies import eval_day
 
 # Three days of training per night and the global model keep each fit to a second or two

@@ -18,8 +18,7 @@ import typer
 from rich.console import Console
 
 from leap.config import DEFAULT_HOME, Workspace
-from leap.errors import LeapError
-from leap.eval.params import ParamError
+from leap.errors import LeapError, ParamError
 
 if TYPE_CHECKING:
     from leap.eval.tables import Table
@@ -64,7 +63,7 @@ def workspace(ctx: typer.Context) -> Workspace:
     return ws
 
 
-#: The flag of each library parameter a :class:`~leap.eval.params.ParamError` may name.
+#: The flag of each library parameter a :class:`~leap.errors.ParamError` may name.
 FLAGS: dict[str, str] = {
     "nights": "--nights", "end": "--end", "window_days": "--window-days",
     "as_of": "--as-of", "source": "--model-source", "type_share": "--type-share",

@@ -90,6 +90,32 @@ def _utc(ts: datetime) -> datetime:
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
+def read_attempts(con: duckdb.DuckDBPyConnection, source: str, start: datetime | None,
+                  end: datetime | None, columns: Sequence[str] | None = None,
+                  where: Sequence[str] = ()) -> pa.Table:
+    """Attempts of the relation ``source`` with ``start <= submitted_at < end``, ordered by
+    time then id and typed as :data:`ATTEMPTS_SCHEMA`: the one query behind
+    :meth:`Store.attempts` and :class:`leap.data.export.ParquetAttempts`. ``where`` adds
+    conditions (e.g. partition pruning)."""
+    cols = list(columns) if columns is not None else list(ATTEMPT_COLUMNS)
+    for c in cols:
+        if c not in ATTEMPT_COLUMNS:
+            raise DataError(f"unknown attempt column '{c}'{did_you_mean(c, ATTEMPT_COLUMNS)}")
+    conds, params = list(where), {}
+    if start is not None:
+        conds.append("submitted_at >= $start")
+        params["start"] = _utc(start)
+    if end is not None:
+        conds.append("submitted_at < $end")
+        params["end"] = _utc(end)
+    sql = (f"SELECT {', '.join(_ident(c) for c in cols)} FROM {source}"
+           + (f" WHERE {' AND '.join(conds)}" if conds else "")
+           + " ORDER BY submitted_at, attempt_id")
+    table = con.sql(sql, params=params).to_arrow_table()
+    schema = pa.schema([ATTEMPTS_SCHEMA.field(c) for c in cols])
+    return table.cast(schema) if not table.schema.equals(schema) else table
+
+
 def _conform(good: pa.Table) -> pa.Table:
     """Select and cast ``good`` to :data:`ATTEMPTS_SCHEMA`; absent optional columns are null."""
     if good.schema.equals(ATTEMPTS_SCHEMA):
@@ -413,23 +439,7 @@ class Store:
         ...     store.attempts(columns=["attempt_id", "throughput"]).column_names
         ['attempt_id', 'throughput']
         """
-        cols = list(columns) if columns is not None else list(ATTEMPT_COLUMNS)
-        for c in cols:
-            if c not in ATTEMPT_COLUMNS:
-                raise DataError(f"unknown attempt column '{c}'{did_you_mean(c, ATTEMPT_COLUMNS)}")
-        where, params = [], {}
-        if start is not None:
-            where.append("submitted_at >= $start")
-            params["start"] = _utc(start)
-        if end is not None:
-            where.append("submitted_at < $end")
-            params["end"] = _utc(end)
-        sql = (f"SELECT {', '.join(_ident(c) for c in cols)} FROM attempts"
-               + (f" WHERE {' AND '.join(where)}" if where else "")
-               + " ORDER BY submitted_at, attempt_id")
-        table = self.con.sql(sql, params=params).to_arrow_table()
-        schema = pa.schema([ATTEMPTS_SCHEMA.field(c) for c in cols])
-        return table.cast(schema) if not table.schema.equals(schema) else table
+        return read_attempts(self.con, "attempts", start, end, columns)
 
     def quarantined(self, limit: int | None = None) -> pa.Table:
         """Quarantined rows, newest batch first: batch_id, source, row_number, reason, record."""

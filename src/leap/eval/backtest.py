@@ -34,11 +34,10 @@ import pandas as pd
 from leap import __version__, metrics
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
-from leap.errors import DataError
+from leap.errors import DataError, ParamError
 from leap.eval.baselines import lookup_comparison
 from leap.eval.oracle import oracle_ceiling, oracle_fleet
 from leap.eval.parallel import Parallel
-from leap.eval.params import ParamError
 from leap.features.encode import FEATURE_VERSION, NOVELTY_GROUPS
 from leap.model.train import (
     EncodeCache,
@@ -46,7 +45,7 @@ from leap.model.train import (
     WindowModel,
     day_start,
     family_seen,
-    load_attempts,
+    window_attempts,
 )
 
 #: 2: nights carry the spec-ratio transfer comparison.
@@ -189,8 +188,7 @@ def run_night(task: NightTask) -> dict[str, Any]:
     catalog = Catalog.from_toml(task.catalog_toml, origin="backtest catalog")
     cache = _cache_for(task.run_key)
     with Store(Path(task.store_path), read_only=True) as store:
-        attempts = load_attempts(store, as_of - (cfg.window_days + cfg.lookback_days) * _DAY,
-                                 as_of + _DAY)
+        attempts = window_attempts(store, as_of, cfg)
         if not cache["fleet_loaded"]:
             cache["fleet"] = oracle_fleet(store)
             cache["fleet_loaded"] = True

@@ -35,15 +35,14 @@ from leap import metrics
 from leap.arch import SUMMARY_COLUMNS
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
-from leap.errors import ConfigError
-from leap.eval.params import ParamError
+from leap.errors import ConfigError, ParamError
 from leap.model.train import (
     TrainConfig,
     WindowModel,
     day_start,
     family_seen,
-    load_attempts,
     train_window,
+    window_attempts,
 )
 
 #: Architecture columns blanked for the "without prior" predictions.
@@ -178,8 +177,7 @@ def new_families_study(store: Any, catalog: Catalog, cfg: TrainConfig | None = N
     day = day_start(as_of) if as_of is not None else last_full_day(store)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    attempts = load_attempts(store, day - (cfg.window_days + cfg.lookback_days) * _DAY,
-                             day + _DAY)
+    attempts = window_attempts(store, day, cfg)
     if not len(attempts):
         raise ConfigError(f"no attempts in the window before {day:%Y-%m-%d}")
     before = attempts["submitted_at"] < day

@@ -26,12 +26,11 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
-from leap.errors import CatalogError, ConfigError, did_you_mean
+from leap.errors import CatalogError, ConfigError, ParamError, did_you_mean
 from leap.eval.new_families import score_block
 from leap.eval.oracle import oracle_fleet
-from leap.eval.params import ParamError
 from leap.eval.rank_quality import order_quality, summarize_quality
-from leap.model.train import TrainConfig, WindowModel, day_start, load_attempts, train_window
+from leap.model.train import TrainConfig, WindowModel, day_start, train_window, window_attempts
 
 if TYPE_CHECKING:
     from leap.data.store import Store
@@ -194,8 +193,7 @@ def new_hardware_study(store: Store, catalog: Catalog, cfg: TrainConfig | None =
     say = progress or (lambda _stage: None)
     day = day_start(as_of) if as_of is not None else last_full_day(store)
     t0 = time.perf_counter()
-    attempts = load_attempts(store, day - (cfg.window_days + cfg.lookback_days) * _DAY,
-                             day + _DAY)
+    attempts = window_attempts(store, day, cfg)
     if not len(attempts):
         raise ConfigError(f"no attempts in the window before {day:%Y-%m-%d}")
     fleet = oracle_fleet(store)
@@ -271,8 +269,7 @@ def newest_type_curve(store: Store, catalog: Catalog, cfg: TrainConfig, *, until
         if night > until:
             break
         say(f"newest type {name}: night {night:%Y-%m-%d} ({k} days of history)")
-        attempts = load_attempts(store, night - (cfg.window_days + cfg.lookback_days) * _DAY,
-                                 night + _DAY)
+        attempts = window_attempts(store, night, cfg)
         model = train_window(attempts, catalog, night, cfg)
         jobs = _type_jobs(model, name)
         fleet_acc = model.metrics.get("held_out", {}).get("accuracy", math.nan)

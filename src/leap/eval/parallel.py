@@ -27,10 +27,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from leap.errors import ConfigError
-from leap.eval.params import ParamError
+from leap.errors import ConfigError, ParamError
+from leap.model.distributed import dask_client
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -126,48 +126,11 @@ def _map_processes(fn: Callable[[T], R], tasks: Sequence[T],
                 fut.cancel()
 
 
-class _dask_client:
-    """A ``distributed.Client`` (and the LocalCluster it started), closed on exit."""
-
-    def __init__(self, address: str, workers: int) -> None:
-        self.address = address
-        self.workers = workers
-        self.cluster: Any = None
-        self.client: Any = None
-
-    def __enter__(self) -> Any:
-        try:
-            from dask.distributed import Client, LocalCluster
-        except ImportError as exc:  # an optional extra in some installs
-            raise ParamError(f"{{dask}} needs dask[distributed] ({exc}); pip install "
-                             "'dask[distributed]'") from None
-        if self.address == "local":
-            # One task per worker process: each task already runs LightGBM's own threads.
-            self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
-                                        processes=True, dashboard_address=None,
-                                        silence_logs=40)
-            self.client = Client(self.cluster)
-        else:
-            try:
-                self.client = Client(self.address, timeout="20s")
-            except OSError as exc:
-                raise ParamError(f"cannot reach the Dask scheduler at {self.address} "
-                                 f"({exc}); start one with `dask scheduler` or use {{dask}} "
-                                 "local") from None
-        return self.client
-
-    def __exit__(self, *exc: object) -> None:
-        if self.client is not None:
-            self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
-
-
 def _map_dask(fn: Callable[[T], R], tasks: Sequence[T], address: str,
               workers: int) -> Iterator[tuple[int, R]]:
     from dask.distributed import as_completed
 
-    with _dask_client(address, workers) as client:
+    with dask_client(address, workers) as client:
         # pure=False: the same task submitted twice (a retry) must run again.
         futures = [client.submit(fn, t, pure=False) for t in tasks]
         index = {f.key: i for i, f in enumerate(futures)}

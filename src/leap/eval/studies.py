@@ -23,11 +23,10 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.errors import ConfigError
+from leap.errors import ConfigError, ParamError
 from leap.eval.backtest import BacktestResult, last_full_day
 from leap.eval.oracle import is_simulated, oracle_fleet
-from leap.eval.params import ParamError
-from leap.model.train import TrainConfig, day_start, load_attempts
+from leap.model.train import TrainConfig, day_start, load_attempts, window_attempts
 
 if TYPE_CHECKING:
     from leap.data.store import Store
@@ -142,8 +141,7 @@ def eval_day(store: Store, catalog: Catalog, cfg: TrainConfig, *, as_of: datetim
         origin = f"published {art.version}" if art.path is None or art.path.parent == (
             models_dir) else f"kept by the backtest in {art.path}"
         return EvalDay(day, art, past, day_rows, held, art.predict(held), origin)
-    attempts = load_attempts(store, day - (cfg.window_days + cfg.lookback_days) * _DAY,
-                             day + _DAY)
+    attempts = window_attempts(store, day, cfg)
     wm = train_window(attempts, catalog, day, cfg)
     window_start = day - cfg.window_days * _DAY
     past = attempts[(attempts["submitted_at"] >= window_start)

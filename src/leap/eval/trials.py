@@ -40,12 +40,11 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.data.usage import device_hours, job_devices
-from leap.errors import ConfigError
+from leap.errors import ConfigError, ParamError
 from leap.eval.new_families import score_block
 from leap.eval.new_hardware import check_hardware, rank_on_type
 from leap.eval.oracle import oracle_fleet
-from leap.eval.params import ParamError
-from leap.model.train import TrainConfig, day_start, load_attempts, train_window
+from leap.model.train import TrainConfig, day_start, train_window, window_attempts
 
 if TYPE_CHECKING:
     from leap.data.store import Store
@@ -391,8 +390,7 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
     day = day_start(as_of) if as_of is not None else last_full_day(store)
     t0 = time.perf_counter()
     cfg = cfg or TrainConfig()
-    attempts = load_attempts(store, day - (cfg.window_days + cfg.lookback_days) * _DAY,
-                             day + _DAY)
+    attempts = window_attempts(store, day, cfg)
     if new_type:
         drop = (attempts["submitted_at"] < day) & (attempts["hardware"] == hardware)
         attempts = attempts[~drop].reset_index(drop=True)

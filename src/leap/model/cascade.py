@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import lightgbm as lgb
 import numpy as np
@@ -72,9 +72,20 @@ def _dataset(X: np.ndarray, y: np.ndarray, base: np.ndarray, names: list[str],
                        free_raw_data=False)
 
 
+class Fitter(Protocol):
+    """Grows one booster somewhere other than in this process (see
+    :class:`leap.model.distributed.DaskFitter`); ``X`` may be a dask array, the rest are
+    NumPy. Must honour ``params`` and stop early on ``val`` as :func:`_train` does."""
+
+    def train(self, params: GBMParams, X: Any, y: np.ndarray, init: np.ndarray,
+              names: list[str], categorical: list[str],
+              val: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> lgb.Booster: ...
+
+
 def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
            names: list[str], categorical: list[str],
-           val: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> tuple[lgb.Booster, float]:
+           val: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+           fitter: Fitter | None = None) -> tuple[lgb.Booster, float]:
     """Fit one booster from ``base + offset``; returns it and the offset.
 
     The offset (median residual of the base) plays the role of LightGBM's boost-from-average,
@@ -86,6 +97,9 @@ def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
     # public benchmark rows) must still be able to split: scale the minimum with the data.
     params = replace(params, min_data_in_leaf=min(params.min_data_in_leaf,
                                                   max(5, len(y) // 100)))
+    if fitter is not None:
+        v = None if val is None or len(val[1]) == 0 else (val[0], val[1], val[2] + offset)
+        return fitter.train(params, X, y, base + offset, names, categorical, v), offset
     train_set = _dataset(X, y, base + offset, names, categorical, params.max_bin)
     valid_sets = []
     callbacks: list[Callable[..., Any]] = []
@@ -147,13 +161,14 @@ class GlobalModel(_Fitted):
     def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
             categorical: list[str],
             val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-            train: np.ndarray | None = None) -> GlobalModel:
-        """Fit on the rows ``train`` marks (default: all), early-stopping on ``val``."""
+            train: np.ndarray | None = None, fitter: Fitter | None = None) -> GlobalModel:
+        """Fit on the rows ``train`` marks (default: all), early-stopping on ``val``;
+        ``fitter`` grows the booster elsewhere (default: here)."""
         _check_xy(X, y, None if train is None else np.flatnonzero(train))
         if train is not None:
             X, y, base = X[train], y[train], base[train]
         self.booster_, self.offset_ = _train(self.params, X, y, base, feature_names,
-                                             categorical, val)
+                                             categorical, val, fitter)
         self.feature_names_ = list(feature_names)
         self.fitted_ = True
         return self
@@ -216,9 +231,10 @@ class CascadeModel(_Fitted):
     def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
             categorical: list[str],
             val: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-            train: np.ndarray | None = None) -> CascadeModel:
+            train: np.ndarray | None = None, fitter: Fitter | None = None) -> CascadeModel:
         """Fit on the rows ``train`` marks (default: all), early-stopping on ``val``; each
-        booster copies out only its own rows."""
+        booster copies out only its own rows. ``fitter`` grows the specialists elsewhere
+        (default: here); the router, fit on a sample, always grows here."""
         idx = np.arange(len(y)) if train is None else np.flatnonzero(train)
         _check_xy(X, y, idx)
         y = y[idx]
@@ -237,8 +253,9 @@ class CascadeModel(_Fitted):
         rp = self.router_params.lgb_params() | {"num_class": k, "objective": "multiclass"}
         rp.pop("alpha", None)
         # The router sees the base margin as a feature (it is hist_est / the physics estimate).
-        train_set = lgb.Dataset(X[idx[sample]], label=label[sample], feature_name=feature_names,
-                                categorical_feature=categorical, free_raw_data=False,
+        train_set = lgb.Dataset(np.asarray(X[idx[sample]]), label=label[sample],
+                                feature_name=feature_names, categorical_feature=categorical,
+                                free_raw_data=False,
                                 params={"max_bin": self.router_params.max_bin, "verbosity": -1})
         valid: list[lgb.Dataset] = []
         callbacks: list[Callable[..., Any]] = []
@@ -267,7 +284,7 @@ class CascadeModel(_Fitted):
                 v = (val[0][vm], val[1][vm], val[2][vm])
             rows = idx[m]
             booster, offset = _train(self.params, X[rows], y[m], base[rows], feature_names,
-                                     categorical, v)
+                                     categorical, v, fitter)
             self.specialists_.append(booster)
             self.offsets_.append(offset)
             self.ranges_.append((float(lo), float(hi)))
@@ -348,7 +365,8 @@ class NoveltySplitModel(_Fitted):
     def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
             categorical: list[str], masked: np.ndarray,
             val: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
-            train: np.ndarray | None = None) -> NoveltySplitModel:
+            train: np.ndarray | None = None, fitter: Fitter | None = None
+            ) -> NoveltySplitModel:
         """Fit ``seen`` on unmasked rows, ``novel`` on rows without pair history.
 
         ``masked`` marks the rows encoded with their own pair history removed; ``val`` is
@@ -358,7 +376,7 @@ class NoveltySplitModel(_Fitted):
         self.feature_names_ = list(feature_names)
         self._col = self.feature_names_.index(self.pair_feature)
         train = np.ones(len(y), dtype=bool) if train is None else train
-        novel = ~np.isfinite(X[:, self._col])
+        novel = ~np.isfinite(np.asarray(X[:, self._col]))
         for part, rows, val_rows in (
                 (self.seen, train & ~masked, None if val is None else ~val[3]),
                 (self.novel, train & novel,
@@ -366,7 +384,7 @@ class NoveltySplitModel(_Fitted):
             v = None if val is None or val_rows is None else (
                 val[0][val_rows], val[1][val_rows], val[2][val_rows])
             part.fit(X, y, base=base, feature_names=feature_names, categorical=categorical,
-                     val=v, train=rows)
+                     val=v, train=rows, fitter=fitter)
         self.fitted_ = True
         return self
 

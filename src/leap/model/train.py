@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,10 +32,17 @@ from leap.features.encode import (
     novelty,
 )
 from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
-from leap.features.pairs import PairModel, PairParams, PairSchedule, refit_day
+from leap.features.pairs import PAIR_DAYS, PairModel, PairParams, PairSchedule, refit_day
 from leap.features.transfer import TRANSFER_FEATURES
 from leap.model.artifact import Artifact, Registry, write_artifact
-from leap.model.cascade import CascadeModel, GBMParams, GlobalModel, Model, NoveltySplitModel
+from leap.model.cascade import (
+    CascadeModel,
+    Fitter,
+    GBMParams,
+    GlobalModel,
+    Model,
+    NoveltySplitModel,
+)
 from leap.model.intervals import IntervalCalibrator, coverage_by_group
 
 Progress = Callable[[str, int, int], None]
@@ -160,13 +168,23 @@ def default_as_of(store: Store, now: datetime | None = None) -> datetime:
     return as_of if now is None else min(as_of, day_start(now))
 
 
-def load_attempts(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
-    """Attempts submitted in ``[start, end)`` in a stable order (time, then id)."""
-    frame = store.attempts(start, end).to_pandas()
+def load_attempts(source: Any, start: datetime, end: datetime) -> pd.DataFrame:
+    """Attempts submitted in ``[start, end)`` of ``source`` (a :class:`Store` or
+    :class:`~leap.data.export.ParquetAttempts`) in a stable order (time, then id)."""
+    frame = source.attempts(start, end).to_pandas()
     if len(frame):
         frame["submitted_at"] = pd.to_datetime(frame["submitted_at"], utc=True)
         frame = frame.sort_values(["submitted_at", "attempt_id"], kind="stable")
     return frame.reset_index(drop=True)
+
+
+def window_attempts(source: Any, as_of: datetime, cfg: TrainConfig) -> pd.DataFrame:
+    """What training the window before ``as_of`` reads from ``source`` (a store or
+    :class:`~leap.data.export.ParquetAttempts`): the window, the history its first day's
+    snapshot needs (:func:`history_start`), and the held-out day."""
+    as_of = day_start(as_of)
+    return load_attempts(source, history_start(as_of - timedelta(days=cfg.window_days), cfg),
+                         as_of + timedelta(days=1))
 
 
 def succeeded_attempts(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
@@ -260,6 +278,170 @@ def masked_rows(rows: pd.DataFrame, X_full: np.ndarray, builder: HistoryBuilder,
     return np.vstack(blocks), np.concatenate(where)
 
 
+def history_start(t: datetime, cfg: TrainConfig) -> datetime:
+    """The earliest attempt a snapshot as of ``t`` reads: its lookback window, and the pair
+    model's fitting days before its refit day (:class:`~leap.features.pairs.PairSchedule`)
+    when there is one."""
+    start = t - timedelta(days=cfg.lookback_days)
+    if cfg.pair_model and cfg.use_history:
+        start = min(start, refit_day(t) - timedelta(days=PAIR_DAYS))
+    return start
+
+
+def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
+                    cfg: TrainConfig, cache: EncodeCache | None = None) -> HistoryBuilder:
+    """Snapshots (and pair models) from the attempts of ``attempts`` before ``until``."""
+    past = attempts[attempts["submitted_at"] < until]
+    prepared = _prepared_history(past, catalog, cache)
+    pairs = PairSchedule(succeeded_attempts(past, catalog), catalog, PairParams(seed=cfg.seed),
+                         cache.pairs if cache is not None else None) \
+        if cfg.pair_model and cfg.use_history else None
+    return HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
+
+
+def window_spec(train_rows: pd.DataFrame, catalog: Catalog, cfg: TrainConfig,
+                window_start: datetime, as_of: datetime) -> FeatureSpec:
+    """The feature spec of a window's succeeded attempts (refusing a window too small)."""
+    if len(train_rows) < 50:
+        raise ModelError(f"only {len(train_rows)} succeeded attempts in the window "
+                         f"{window_start:%Y-%m-%d}..{as_of:%Y-%m-%d}; need at least 50 "
+                         "(check the as-of day and the window length)")
+    spec = FeatureSpec.fit(train_rows, catalog)
+    if not cfg.use_history:
+        spec = replace(spec, names=tuple(n for n in FEATURE_NAMES if n not in HISTORY_FEATURES))
+    return spec
+
+
+@dataclass
+class DayBlocks:
+    """Some days of a window, encoded: every feature (``X``), log throughput, the day (since
+    the window start), whether the row is a masked copy, and its novelty group.
+
+    ``X`` is NumPy, or on the Dask path rows kept on the workers
+    (:class:`~leap.model.distributed.BlockRows`), which index alike.
+    """
+
+    X: Any
+    y: np.ndarray
+    day: np.ndarray
+    masked: np.ndarray
+    group: np.ndarray
+    snapshot_s: float = 0.0
+    features_s: float = 0.0
+
+
+def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
+                window_start: datetime, days: Sequence[int], cfg: TrainConfig,
+                spec: FeatureSpec, progress: Progress | None = None,
+                cache: EncodeCache | None = None) -> DayBlocks:
+    """Encode the succeeded attempts of each day ``d`` in ``days`` (``window_start + d``)
+    with history as of that day, and that day's masked rows (:func:`masked_rows`,
+    ``cfg.mask_share`` of its pairs, drawn with the day's own seed).
+
+    A day's rows depend only on the attempts before it, so any subset of days can be
+    encoded apart (by a Dask worker, :mod:`leap.model.distributed`) with the same result.
+    """
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
+    spec_key = hashlib.sha256((full.to_json() + f"pairs={cfg.pair_model}").encode()
+                              ).hexdigest()[:16]
+    mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
+    blocks: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    day_of: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    snap_s = enc_s = 0.0
+    at = attempts["submitted_at"]
+    for i, d in enumerate(days):
+        if progress:
+            progress("features", i + 1, len(days) + 1)
+        start = window_start + timedelta(days=d)
+        rows = succeeded_attempts(attempts[(at >= start) & (at < start + timedelta(days=1))],
+                                  catalog)
+        if len(rows) == 0:
+            continue
+        y = np.log(rows["throughput"].to_numpy(dtype=np.float64))
+        key = (start.date().isoformat(), spec_key)
+        hit = cache.blocks.get(key) if cache is not None else None
+        if hit is None or len(hit) != len(rows):
+            t1 = time.perf_counter()
+            snap = builder.snapshot(start)
+            t2 = time.perf_counter()
+            hit = encode(rows, snap, catalog, full)
+            snap_s += t2 - t1
+            enc_s += time.perf_counter() - t2
+            if cache is not None:
+                cache.blocks[key] = hit
+        mkey = (start.date().isoformat(), mask_key)
+        mhit = cache.masked.get(mkey) if cache is not None else None
+        if mhit is None or (len(mhit[1]) and mhit[1].max() >= len(rows)):
+            t1 = time.perf_counter()
+            # Seeded by the day itself, so every window that holds this day (and a cache
+            # shared by consecutive nights) masks the same pairs.
+            rng = np.random.default_rng([cfg.seed, start.toordinal()])
+            mhit = masked_rows(rows, hit, builder, start, catalog, spec, rng,
+                               share=cfg.mask_share)
+            snap_s += time.perf_counter() - t1
+            if cache is not None:
+                cache.masked[mkey] = mhit
+        blocks += [hit, mhit[0]]
+        ys += [y, y[mhit[1]]]
+        day_of += [np.full(len(rows), d), np.full(len(mhit[1]), d)]
+        masks += [np.zeros(len(rows), dtype=bool), np.ones(len(mhit[1]), dtype=bool)]
+    X = _stack(blocks) if blocks else np.empty((0, len(FEATURE_NAMES)))
+    return DayBlocks(X=X, y=np.concatenate(ys) if ys else np.empty(0),
+                     day=np.concatenate(day_of) if day_of else np.empty(0, dtype=np.int64),
+                     masked=np.concatenate(masks) if masks else np.empty(0, dtype=bool),
+                     group=novelty(X, FEATURE_NAMES), snapshot_s=snap_s, features_s=enc_s)
+
+
+@dataclass
+class HeldOut:
+    """The serving snapshot as of the held-out day and that day's rows encoded against it
+    (every feature), plainly and each with its own (family, type) history masked."""
+
+    snapshot: Snapshot
+    jobs: pd.DataFrame
+    X: np.ndarray
+    masked_X: np.ndarray
+    masked_rows: np.ndarray
+    snapshot_s: float = 0.0
+    features_s: float = 0.0
+
+
+def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
+                 as_of: datetime, cfg: TrainConfig, spec: FeatureSpec) -> HeldOut:
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
+    t1 = time.perf_counter()
+    serving = builder.snapshot(as_of)
+    snap_s = time.perf_counter() - t1
+    at = attempts["submitted_at"]
+    jobs = succeeded_attempts(attempts[(at >= as_of) & (at < as_of + timedelta(days=1))],
+                              catalog)
+    t2 = time.perf_counter()
+    X = encode(jobs, serving, catalog, full)
+    enc_s = time.perf_counter() - t2
+    t1 = time.perf_counter()
+    masked_X, rows = masked_rows(jobs, X, builder, as_of, catalog, spec,
+                                 np.random.default_rng(cfg.seed), folds=EVAL_MASK_FOLDS)
+    snap_s += time.perf_counter() - t1
+    return HeldOut(serving, jobs, X, masked_X, rows, snap_s, enc_s)
+
+
+def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
+                 timings: dict[str, float]) -> TrainingSet:
+    """A :class:`TrainingSet` of a window's encoded days (``blocks.X`` may be a dask array,
+    see :mod:`leap.model.distributed`) and its held-out day."""
+    model_cols = [FEATURE_NAMES.index(n) for n in spec.names]
+    every = len(model_cols) == len(FEATURE_NAMES)
+    return TrainingSet(
+        X=blocks.X if every else blocks.X[:, model_cols], y=blocks.y, day=blocks.day,
+        spec=spec, fallback_log_tp=float(np.median(blocks.y[~blocks.masked])),
+        serving_snapshot=held.snapshot, eval_jobs=held.jobs, eval_X=held.X[:, model_cols],
+        group=blocks.group, masked=blocks.masked, eval_group=novelty(held.X, FEATURE_NAMES),
+        eval_masked_X=held.masked_X[:, model_cols], eval_masked_rows=held.masked_rows,
+        eval_masked_group=novelty(held.masked_X, FEATURE_NAMES), timings=timings)
+
+
 def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
                        cfg: TrainConfig, progress: Progress | None = None,
                        cache: EncodeCache | None = None) -> TrainingSet:
@@ -269,103 +451,22 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
     pairs). Consecutive nightly windows share most of this work: pass the same ``cache`` to
     reuse each day's encoded blocks and prepared history instead of rebuilding them.
     """
-    timings: dict[str, float] = {}
     window_start = as_of - timedelta(days=cfg.window_days)
     t0 = time.perf_counter()
-    past = attempts[attempts["submitted_at"] < as_of]
-    prepared = _prepared_history(past, catalog, cache)
-    timings["history_prepare_s"] = time.perf_counter() - t0
-    pairs = PairSchedule(succeeded_attempts(past, catalog), catalog, PairParams(seed=cfg.seed),
-                         cache.pairs if cache is not None else None) \
-        if cfg.pair_model and cfg.use_history else None
-    builder = HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
-
-    train_rows = succeeded_attempts(attempts[(attempts["submitted_at"] >= window_start)
-                                     & (attempts["submitted_at"] < as_of)], catalog)
-    if len(train_rows) < 50:
-        raise ModelError(f"only {len(train_rows)} succeeded attempts in the window "
-                         f"{window_start:%Y-%m-%d}..{as_of:%Y-%m-%d}; need at least 50 "
-                         "(check the as-of day and the window length against `leap stats`)")
-    spec = FeatureSpec.fit(train_rows, catalog)
-    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
-    if not cfg.use_history:
-        spec = replace(spec, names=tuple(n for n in FEATURE_NAMES if n not in HISTORY_FEATURES))
-    model_cols = [FEATURE_NAMES.index(n) for n in spec.names]
-    day = ((train_rows["submitted_at"] - window_start).dt.total_seconds() // 86400).astype(int)
-    day_arr = day.to_numpy()
-    y_all = np.log(train_rows["throughput"].to_numpy(dtype=np.float64))
-    blocks: list[np.ndarray] = []
-    ys: list[np.ndarray] = []
-    days: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
-    snap_s = enc_s = 0.0
-    spec_key = hashlib.sha256((full.to_json() + f"pairs={cfg.pair_model}").encode()
-                              ).hexdigest()[:16]
-    mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
-    for d in range(cfg.window_days):
-        sel = np.flatnonzero(day_arr == d)
-        rows = train_rows.iloc[sel]
-        if progress:
-            progress("features", d + 1, cfg.window_days + 1)
-        if len(rows) == 0:
-            continue
-        day_iso = (window_start + timedelta(days=d)).date().isoformat()
-        key = (day_iso, spec_key)
-        hit = cache.blocks.get(key) if cache is not None else None
-        if hit is None or len(hit) != len(rows):
-            t1 = time.perf_counter()
-            snap = builder.snapshot(window_start + timedelta(days=d))
-            t2 = time.perf_counter()
-            hit = encode(rows, snap, catalog, full)
-            snap_s += t2 - t1
-            enc_s += time.perf_counter() - t2
-            if cache is not None:
-                cache.blocks[key] = hit
-        mhit = cache.masked.get((day_iso, mask_key)) if cache is not None else None
-        if mhit is None or (len(mhit[1]) and mhit[1].max() >= len(rows)):
-            t1 = time.perf_counter()
-            # Seeded by the day itself, so every window that holds this day (and a cache
-            # shared by consecutive nights) masks the same pairs.
-            day_start_ = window_start + timedelta(days=d)
-            rng = np.random.default_rng([cfg.seed, day_start_.toordinal()])
-            mhit = masked_rows(rows, hit, builder, day_start_, catalog, spec, rng,
-                               share=cfg.mask_share)
-            snap_s += time.perf_counter() - t1
-            if cache is not None:
-                cache.masked[(day_iso, mask_key)] = mhit
-        blocks += [hit, mhit[0]]
-        ys += [y_all[sel], y_all[sel][mhit[1]]]
-        days += [np.full(len(rows), d), np.full(len(mhit[1]), d)]
-        masks += [np.zeros(len(rows), dtype=bool), np.ones(len(mhit[1]), dtype=bool)]
-    t1 = time.perf_counter()
-    serving = builder.snapshot(as_of)
-    snap_s += time.perf_counter() - t1
+    builder = history_builder(attempts, catalog, as_of, cfg, cache)
+    timings = {"history_prepare_s": time.perf_counter() - t0}
+    at = attempts["submitted_at"]
+    spec = window_spec(succeeded_attempts(attempts[(at >= window_start) & (at < as_of)],
+                                          catalog), catalog, cfg, window_start, as_of)
+    blocks = encode_days(attempts, builder, catalog, window_start, range(cfg.window_days), cfg,
+                         spec, progress, cache)
+    held = held_out_day(attempts, builder, catalog, as_of, cfg, spec)
+    builder.close()
     if progress:
         progress("features", cfg.window_days + 1, cfg.window_days + 1)
-
-    eval_jobs = succeeded_attempts(attempts[(attempts["submitted_at"] >= as_of)
-                                    & (attempts["submitted_at"] < as_of + timedelta(days=1))],
-                           catalog)
-    t2 = time.perf_counter()
-    eval_full = encode(eval_jobs, serving, catalog, full)
-    enc_s += time.perf_counter() - t2
-    t1 = time.perf_counter()
-    eval_masked, eval_rows = masked_rows(eval_jobs, eval_full, builder, as_of, catalog, spec,
-                                         np.random.default_rng(cfg.seed), folds=EVAL_MASK_FOLDS)
-    snap_s += time.perf_counter() - t1
-    builder.close()
-    timings["snapshot_s"] = snap_s
-    timings["features_s"] = enc_s
-    X_full = _stack(blocks)
-    y = np.concatenate(ys)
-    return TrainingSet(
-        X=X_full if len(model_cols) == len(FEATURE_NAMES) else X_full[:, model_cols],
-        y=y, day=np.concatenate(days), spec=spec, fallback_log_tp=float(np.median(y_all)),
-        serving_snapshot=serving, eval_jobs=eval_jobs, eval_X=eval_full[:, model_cols],
-        group=novelty(X_full, FEATURE_NAMES), masked=np.concatenate(masks),
-        eval_group=novelty(eval_full, FEATURE_NAMES),
-        eval_masked_X=eval_masked[:, model_cols], eval_masked_rows=eval_rows,
-        eval_masked_group=novelty(eval_masked, FEATURE_NAMES), timings=timings)
+    timings["snapshot_s"] = blocks.snapshot_s + held.snapshot_s
+    timings["features_s"] = blocks.features_s + held.features_s
+    return training_set(blocks, held, spec, timings)
 
 
 def _stack(blocks: list[np.ndarray]) -> np.ndarray:
@@ -394,26 +495,29 @@ def make_model(cfg: TrainConfig) -> GlobalModel | CascadeModel:
     return CascadeModel(n_specialists=cfg.n_specialists, params=params)
 
 
-def fit_model(ts: TrainingSet, cfg: TrainConfig) -> Model:
+def fit_model(ts: TrainingSet, cfg: TrainConfig, fitter: Fitter | None = None) -> Model:
     """Fit on the window, early-stopping on its last ``validation_days`` days.
 
     With masked rows (and history features), the model is a :class:`NoveltySplitModel`:
     ``cfg.model_kind`` for rows with (family, type) history, one global model for the rest.
+    ``fitter`` grows the boosters elsewhere (a Dask cluster, with ``ts.X`` a dask array).
     """
-    base = base_margin(ts.X, ts.spec, ts.fallback_log_tp)
+    base = np.asarray(base_margin(ts.X, ts.spec, ts.fallback_log_tp))
     val = ts.day >= cfg.window_days - cfg.validation_days
+    X_val = np.asarray(ts.X[val])
     names = list(ts.spec.names)
     if ts.masked.any() and "fam_hw_n" in names:
         split = NoveltySplitModel(seen=make_model(cfg), novel=GlobalModel(
             params=GBMParams(objective=cfg.objective, seed=cfg.seed)))
         return split.fit(ts.X, ts.y, base=base, feature_names=names,
                          categorical=ts.spec.categorical, masked=ts.masked, train=~val,
-                         val=(ts.X[val], ts.y[val], base[val], ts.masked[val]))
+                         val=(X_val, ts.y[val], base[val], ts.masked[val]), fitter=fitter)
     unmasked = ~ts.masked if len(ts.masked) else np.ones(len(ts.y), dtype=bool)
-    tr, va = ~val & unmasked, val & unmasked
+    tr, va = ~val & unmasked, unmasked[val]
     model = make_model(cfg)
-    return model.fit(ts.X, ts.y, base=base, feature_names=names, train=tr,
-                     categorical=ts.spec.categorical, val=(ts.X[va], ts.y[va], base[va]))
+    return model.fit(ts.X, ts.y, base=base, feature_names=names, train=tr, fitter=fitter,
+                     categorical=ts.spec.categorical,
+                     val=(X_val[va], ts.y[val][va], base[val][va]))
 
 
 def calibrate_intervals(model: Model, ts: TrainingSet,
@@ -428,7 +532,7 @@ def calibrate_intervals(model: Model, ts: TrainingSet,
     calibrator = IntervalCalibrator(coverage=cfg.interval_coverage)
     if val.sum() < calibrator.min_rows:
         return None
-    X = ts.X[val]
+    X = np.asarray(ts.X[val])
     pred = model.predict(X, base=base_margin(X, ts.spec, ts.fallback_log_tp))
     return calibrator.fit(ts.y[val] - pred, ts.group[val], ts.masked[val])
 
@@ -516,11 +620,18 @@ def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
     ts = build_training_set(attempts, catalog, as_of, cfg, progress, cache)
+    return fit_window(ts, catalog, as_of, cfg, progress)
+
+
+def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainConfig,
+               progress: Progress | None = None, fitter: Fitter | None = None) -> WindowModel:
+    """Fit, calibrate and evaluate on a built :class:`TrainingSet` (the half of
+    :func:`train_window` after the features; ``fitter`` as in :func:`fit_model`)."""
     timings = dict(ts.timings)
     if progress:
         progress("fit", 0, 1)
     t0 = time.perf_counter()
-    model = fit_model(ts, cfg)
+    model = fit_model(ts, cfg, fitter)
     intervals = calibrate_intervals(model, ts, cfg)
     timings["fit_s"] = time.perf_counter() - t0
     if progress:
@@ -567,8 +678,8 @@ def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
 def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
                   as_of: datetime | None = None, cfg: TrainConfig | None = None,
                   publish: bool = True, force: bool = False,
-                  progress: Progress | None = None, now: datetime | None = None
-                  ) -> TrainResult:
+                  progress: Progress | None = None, now: datetime | None = None,
+                  dask_client: Any = None, export_dir: Path | None = None) -> TrainResult:
     """Train on the window before ``as_of``, evaluate on its day, gate, and publish.
 
     Parameters
@@ -584,6 +695,10 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
         Publish even when the quality gate refuses.
     now : datetime, optional
         The wall clock, for the default ``as_of``: attempts after it are ignored.
+    dask_client : distributed.Client, optional
+        Train on that Dask cluster (:mod:`leap.model.distributed`): the window is exported
+        to Parquet in ``export_dir`` (default: a temporary directory, reachable only by a
+        cluster on this machine) and encoded and fit by the workers.
 
     Raises
     ------
@@ -599,11 +714,17 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     as_of = day_start(as_of) if as_of is not None else default_as_of(store, now)
     t_start = time.perf_counter()
     t0 = time.perf_counter()
-    attempts = load_attempts(store, as_of - timedelta(days=cfg.window_days + cfg.lookback_days),
-                             as_of + timedelta(days=1))
-    load_s = time.perf_counter() - t0
-    wm = train_window(attempts, catalog, as_of, cfg, progress)
-    timings = {"load_s": load_s, **wm.timings}
+    if dask_client is not None:
+        from leap.model.distributed import train_store_dask  # imports Dask
+
+        wm = train_store_dask(store, catalog, as_of, dask_client, cfg, export_dir, progress)
+        timings = dict(wm.timings)
+    else:
+        attempts = window_attempts(store, as_of, cfg)
+        load_s = time.perf_counter() - t0
+        wm = train_window(attempts, catalog, as_of, cfg, progress)
+        del attempts
+        timings = {"load_s": load_s, **wm.timings}
     held = wm.metrics.get("held_out")
     new_acc = float(held["accuracy"]) if held else None
     gate = _quality_gate(registry, wm.eval_jobs, new_acc, cfg.quality_margin)
