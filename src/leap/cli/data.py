@@ -1,4 +1,5 @@
-"""`leap ingest`, `leap stats`, `leap quarantine`: put attempts in the store and look at them."""
+"""`leap ingest`, `leap stats`, `leap quarantine`, `leap export`: put attempts in the store,
+look at them, take them out."""
 
 from __future__ import annotations
 
@@ -196,6 +197,34 @@ def stats(
         console.print(recent)
     if s["quarantine_reasons"]:
         console.print(_counts("quarantine reason", s["quarantine_reasons"], s["quarantined"]))
+
+
+@app.command("export", epilog="Example:  leap export /shared/leap-export --start 2026-01-01 "
+             "--end 2026-02-01  (then: leap train --dask tcp://HOST:8786 --export-dir ...)")
+@guarded
+def export_cmd(
+    ctx: typer.Context,
+    directory: Path = typer.Argument(..., help="Target directory: absent, empty, or an "
+                                     "earlier export (replaced)."),
+    start: str = typer.Option(None, "--start", help="First day (YYYY-MM-DD), inclusive."),
+    end: str = typer.Option(None, "--end", help="Last day (YYYY-MM-DD), exclusive."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Export the store's attempts to Parquet, a directory per day, for Dask workers or any
+    tool that reads Parquet."""
+    from leap.cli.model import parse_day
+    from leap.data.export import export_parquet
+
+    ws = workspace(ctx)
+    with Store(ws.store_path, read_only=True) as store:
+        res = export_parquet(store, directory, parse_day(start, "--start"),
+                             parse_day(end, "--end"))
+    out = {"directory": str(res.directory), "rows": res.rows, "days": res.days}
+    if as_json:
+        print_json(out)
+        return
+    console.print(f"exported {res.rows:,} attempts ({res.days} days) to {res.directory}",
+                  highlight=False)
 
 
 def _unknown(column: str) -> str:
