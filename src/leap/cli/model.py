@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,15 @@ def train(
                                "refuses."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Train and evaluate; publish "
                                  "nothing."),
+    dask: str = typer.Option(None, "--dask", help="Train on a Dask cluster: 'local' (a "
+                             "LocalCluster on this machine) or a scheduler address "
+                             "(tcp://HOST:8786). Default: in this process."),
+    workers: int = typer.Option(2, "--workers", min=1, help="Worker processes of "
+                                "--dask local."),
+    export_dir: Path = typer.Option(None, "--export-dir", help="With --dask: where to export "
+                                    "the window as Parquet; must be reachable by every "
+                                    "worker. Default: a temporary directory (local cluster "
+                                    "only)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Train the nightly model on the window before --as-of and publish it."""
@@ -82,9 +92,19 @@ def train(
                     tasks[stage] = bar.add_task(stage, total=total)
                 bar.update(tasks[stage], completed=done, total=total)
 
-            result = train_nightly(store, catalog, Registry(ws.models_dir),
-                                   as_of=parse_day(as_of), cfg=cfg, publish=not dry_run,
-                                   force=force, progress=progress, now=datetime.now(UTC))
+            with ExitStack() as stack:
+                client = None
+                if dask is not None:
+                    from leap.model.distributed import dask_client
+
+                    client = stack.enter_context(dask_client(dask, workers))
+                elif export_dir is not None:
+                    raise ConfigError("--export-dir is for --dask runs; add --dask local or "
+                                      "--dask tcp://HOST:8786")
+                result = train_nightly(store, catalog, Registry(ws.models_dir),
+                                       as_of=parse_day(as_of), cfg=cfg, publish=not dry_run,
+                                       force=force, progress=progress, now=datetime.now(UTC),
+                                       dask_client=client, export_dir=export_dir)
         out = result.to_json()
         held = result.metrics.get("held_out")
         if held is not None:

@@ -1,0 +1,127 @@
+"""The multi-machine path: the Parquet export, rows kept on workers, emulated early stopping,
+and nightly training on a 2-worker Dask LocalCluster against the one-machine run."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import dask.array as da
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from conftest import SMALL_AS_OF, SMALL_START, small_train_config
+from leap.catalog import Catalog
+from leap.config import Workspace
+from leap.data.export import MARKER, ParquetAttempts, export_parquet
+from leap.data.store import Store
+from leap.errors import DataError, ParamError
+from leap.model.artifact import Registry
+from leap.model.cascade import GBMParams
+from leap.model.distributed import BlockRows, dask_client, early_stop_rounds
+from leap.model.train import train_nightly
+
+
+def test_export_reads_back_as_the_store_gives_it(sim_workspace: Workspace,
+                                                 tmp_path: Path) -> None:
+    start, end = SMALL_START + timedelta(days=2), SMALL_START + timedelta(days=5, hours=6)
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        res = export_parquet(store, tmp_path / "export", start, end)
+        expected = store.attempts(start, end)
+        inner = store.attempts(start + timedelta(hours=30), end, columns=["attempt_id",
+                                                                          "throughput"])
+    assert res.rows == expected.num_rows > 0 and res.days == 4
+    assert (tmp_path / "export" / MARKER).is_file()
+    source = ParquetAttempts(tmp_path / "export")
+    assert source.attempts(start, end).equals(expected)  # rows, order and types
+    got = source.attempts(start + timedelta(hours=30), end, ["attempt_id", "throughput"])
+    assert got.equals(inner)
+    empty = source.attempts(end + timedelta(days=3), end + timedelta(days=4))
+    assert empty.num_rows == 0 and empty.schema == expected.schema
+
+
+def test_export_refuses_foreign_directories_and_replaces_its_own(sim_workspace: Workspace,
+                                                                 tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        with pytest.raises(DataError, match="not empty and not a leap export"):
+            export_parquet(store, foreign)
+        assert (foreign / "notes.txt").read_text() == "keep me"
+        first = export_parquet(store, tmp_path / "e", SMALL_START,
+                               SMALL_START + timedelta(days=3))
+        again = export_parquet(store, tmp_path / "e", SMALL_START,
+                               SMALL_START + timedelta(days=1))
+    assert first.days == 3 and again.days == 1
+    assert len(list((tmp_path / "e").glob("date=*"))) == 1
+    with pytest.raises(DataError, match="not a complete leap export"):
+        ParquetAttempts(foreign)
+
+
+def test_block_rows_index_like_numpy_and_keep_blocks_apart() -> None:
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(n, 4)) for n in (5, 0, 7, 3)]
+    full = np.concatenate(parts)
+    X = BlockRows([da.from_array(p) for p in parts if len(p)], [5, 7, 3], 4)
+    assert X.shape == (15, 4) and len(X) == 15
+    np.testing.assert_array_equal(np.asarray(X), full)
+    np.testing.assert_array_equal(X[:, 2], full[:, 2])
+    mask = np.zeros(15, dtype=bool)
+    mask[[1, 2, 12, 14]] = True  # nothing from the middle block
+    sub = X[mask]
+    assert sub.sizes == [2, 2] and len(sub.blocks) == 2
+    np.testing.assert_array_equal(np.asarray(sub), full[mask])
+    cols = X[np.array([0, 6, 7]), [3, 1]]
+    assert cols.shape == (3, 2)
+    np.testing.assert_array_equal(np.asarray(cols), full[[0, 6, 7]][:, [3, 1]])
+    assert X.to_dask().numblocks == (3, 1)
+    with pytest.raises(IndexError, match="in order"):
+        X[np.array([3, 1])]
+
+
+@pytest.mark.parametrize("objective", ["quantile", "l2"])
+def test_emulated_early_stopping_stops_where_lightgbm_does(objective: str) -> None:
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(3000, 5))
+    y = X[:, 0] + 0.5 * X[:, 1] ** 2 + rng.normal(scale=0.4, size=3000)
+    init = np.full(3000, 0.3)
+    p = GBMParams(objective=objective, min_data_in_leaf=20, max_rounds=300,
+                  early_stopping_rounds=10)
+    train = lgb.Dataset(X[:2000], y[:2000], init_score=init[:2000])
+    valid = lgb.Dataset(X[2000:], y[2000:], init_score=init[2000:], reference=train)
+    stopped = lgb.train(p.lgb_params(), train, p.max_rounds, valid_sets=[valid],
+                        callbacks=[lgb.early_stopping(p.early_stopping_rounds, verbose=False)])
+    assert stopped.best_iteration < p.max_rounds  # the test must exercise a stop
+    full = lgb.train(p.lgb_params(), lgb.Dataset(X[:2000], y[:2000], init_score=init[:2000]),
+                     p.max_rounds)
+    assert early_stop_rounds(full, (X[2000:], y[2000:], init[2000:]), p) \
+        == stopped.best_iteration
+
+
+def test_dask_address_is_checked_before_anything_runs() -> None:
+    with pytest.raises(ParamError, match="'local' or a scheduler address"), \
+            dask_client("my-cluster"):
+        pass
+
+
+def test_dask_training_matches_one_machine(sim_workspace: Workspace, tmp_path: Path) -> None:
+    """Same window, same rows, a published artifact of the same kind, accuracy within the
+    spread one sees between seeds of the one-machine run on this small fleet (~3 points)."""
+    cfg = small_train_config()
+    catalog = Catalog.default()
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        local = train_nightly(store, catalog, Registry(tmp_path / "m1"), as_of=SMALL_AS_OF,
+                              cfg=cfg, publish=False)
+        with dask_client("local", workers=2) as client:
+            dist = train_nightly(store, catalog, Registry(tmp_path / "m2"), as_of=SMALL_AS_OF,
+                                 cfg=cfg, dask_client=client, export_dir=tmp_path / "export")
+    assert dist.published
+    assert dist.metrics["train_rows"] == local.metrics["train_rows"]
+    a_local = local.metrics["held_out"]["accuracy"]
+    a_dist = dist.metrics["held_out"]["accuracy"]
+    assert abs(a_dist - a_local) <= 0.03, (a_dist, a_local)
+    art = Registry(tmp_path / "m2").load()
+    assert art.manifest["model_kind"] == local.artifact.manifest["model_kind"]
+    assert art.intervals is not None
