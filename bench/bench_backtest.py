@@ -53,7 +53,7 @@ def run_dir(home: Path, args: argparse.Namespace, window_days: int) -> Path:
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.eval.backtest import run_key
-    from leap.model.train import TrainConfig
+    from leap.model.window import TrainConfig
 
     cfg = TrainConfig(window_days=window_days, model_kind=args.model,
                       n_specialists=args.specialists)

@@ -19,6 +19,7 @@ Prints a table and writes ``bench/results/bench_dask_train.json``. Run it alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -41,7 +42,8 @@ def one(home: Path, seed: int, dask: str | None, workers: int) -> None:
     from leap.config import Workspace
     from leap.data.store import Store
     from leap.model.artifact import Registry
-    from leap.model.train import TrainConfig, train_nightly
+    from leap.model.train import train_nightly
+    from leap.model.window import TrainConfig
 
     ws = Workspace(home)
     as_of = datetime.fromisoformat(AS_OF).replace(tzinfo=UTC)
@@ -68,10 +70,8 @@ def measured(cmd: list[str]) -> dict[str, Any]:
         procs = [proc, *proc.children(recursive=True)]
         rss = []
         for p in procs:
-            try:
+            with contextlib.suppress(psutil.Error):
                 rss.append(p.memory_info().rss)
-            except psutil.Error:
-                pass
         peak_tree, peak_one = max(peak_tree, sum(rss)), max(peak_one, max(rss, default=0))
         time.sleep(0.5)
     out, err = proc.communicate()

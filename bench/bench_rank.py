@@ -55,7 +55,8 @@ def bench_workspace(home: Path | None, *, per_day: int = 4000, days: int = 12,
     from leap.data.store import Store
     from leap.errors import ArtifactError
     from leap.model.artifact import Registry
-    from leap.model.train import TrainConfig, train_nightly
+    from leap.model.train import train_nightly
+    from leap.model.window import TrainConfig
     from leap.sim.run import DEFAULT_START, simulate
     from leap.sim.scenario import Scenario
 

@@ -69,7 +69,7 @@ home = Path(sys.argv[1])
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 from leap.data.store import Store
 from leap.model.artifact import Registry
-from leap.model.train import load_attempts
+from leap.model.window import load_attempts
 from leap.rank.ranker import Ranker
 
 as_of = datetime.fromisoformat(sys.argv[2]).replace(tzinfo=UTC)

@@ -33,17 +33,15 @@ import numpy as np
 from leap import metrics
 from leap.catalog import Catalog
 from leap.data.store import Store
+from leap.eval.alternatives import without_history
 from leap.features.columns import Columns
-from leap.features.encode import FEATURE_NAMES, FeatureSpec, base_margin
+from leap.features.encode import base_margin
 from leap.model.artifact import Registry
-from leap.model.train import (
-    HISTORY_FEATURES,
+from leap.model.train import evaluate, family_seen, fit_model
+from leap.model.window import (
     TrainConfig,
     TrainingSet,
     build_training_set,
-    evaluate,
-    family_seen,
-    fit_model,
     load_attempts,
 )
 
@@ -82,12 +80,6 @@ def scoring_latency(home: Path) -> dict[str, float]:
     ms = np.array(times) * 1e3
     return {"jobs": len(ms), "candidates": len(hardware), "p50_ms": float(np.median(ms)),
             "p99_ms": float(np.percentile(ms, 99))}
-
-
-def without_history(ts: TrainingSet) -> TrainingSet:
-    keep = [i for i, n in enumerate(ts.spec.names) if n not in HISTORY_FEATURES]
-    spec = FeatureSpec(names=tuple(FEATURE_NAMES[i] for i in keep), vocab=ts.spec.vocab)
-    return replace(ts, X=ts.X[:, keep], eval_X=ts.eval_X[:, keep], spec=spec)
 
 
 def without_masked(ts: TrainingSet) -> TrainingSet:

@@ -19,7 +19,8 @@ from leap.catalog import Catalog
 from leap.config import Workspace
 from leap.data.store import Store
 from leap.model.artifact import Registry
-from leap.model.train import TrainConfig, train_nightly
+from leap.model.train import train_nightly
+from leap.model.window import TrainConfig
 from leap.sim.run import simulate
 from leap.sim.scenario import Scenario
 

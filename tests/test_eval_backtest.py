@@ -220,7 +220,7 @@ def test_a_night_trained_alone_equals_the_backtest_night(
 
 def test_one_test_of_a_simulated_store(sim_workspace: Workspace, tmp_path: Path) -> None:
     from leap.eval.oracle import is_simulated, oracle_ceiling, oracle_fleet
-    from leap.model.train import load_attempts, succeeded_attempts
+    from leap.model.window import load_attempts, succeeded_attempts
 
     with Store(sim_workspace.store_path, read_only=True) as store:
         assert is_simulated(store)

@@ -36,7 +36,7 @@ from leap.eval.ranking import (
 )
 from leap.eval.replay import KINDS, DayProblem, optimum, replay
 from leap.model.artifact import Registry
-from leap.model.train import load_attempts
+from leap.model.window import load_attempts
 from leap.rank.ranker import Ranker
 from leap.sim.fleet import Fleet
 

@@ -31,7 +31,7 @@ from leap.eval.ranking import (
     unfiltered,
 )
 from leap.model.artifact import Registry
-from leap.model.train import load_attempts
+from leap.model.window import load_attempts
 from leap.rank.ranker import Ranker
 from leap.sim.fleet import Fleet
 from leap.sim.scenario import Scenario

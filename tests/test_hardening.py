@@ -34,7 +34,7 @@ from leap.data.ingest import IngestLimits, ingest_files, ingest_table, validate
 from leap.data.store import Store
 from leap.errors import ArtifactError, DataError
 from leap.model.artifact import MANIFEST, PROBE, Registry, load_artifact, verify_artifact
-from leap.model.train import default_as_of
+from leap.model.window import default_as_of
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
 

@@ -119,3 +119,25 @@ def test_docstring_examples_run() -> None:
                    and any(line.lstrip().startswith(">>> #")
                            for line in p.read_text(encoding="utf-8").splitlines()))
     assert not found, f"commented-out examples in {found}"
+
+
+def _raised_texts(path: Path) -> list[tuple[int, str]]:
+    """The string pieces of every ``raise`` in ``path`` (f-string parts included)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            out += [(c.lineno, c.value) for c in ast.walk(node.exc)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+    return out
+
+
+def test_library_errors_name_parameters_not_cli_flags() -> None:
+    """A Python user is never told about a flag they never used: library errors name the
+    parameter (``{as_of}``, a :class:`~leap.errors.ParamError`) and the CLI spells it."""
+    import re
+
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
+    found = [f"{p.relative_to(SRC)}:{line}: {text.strip()}"
+             for p in _modules() if _layer_of(p.relative_to(SRC)) not in ("cli", "__main__")
+             for line, text in _raised_texts(p) if flag.search(text)]
+    assert not found, "library errors naming CLI flags:\n" + "\n".join(found)

@@ -24,7 +24,8 @@ from leap.features.history import HistoryBuilder, prepare_history
 from leap.model.artifact import Registry, load_artifact, write_artifact
 from leap.model.cascade import CascadeModel, GBMParams, GlobalModel, model_from_files
 from leap.model.parity import check_parity
-from leap.model.train import build_training_set, load_attempts, train_nightly
+from leap.model.train import train_nightly
+from leap.model.window import build_training_set, load_attempts
 
 CAT = Catalog.default()
 runner = CliRunner()

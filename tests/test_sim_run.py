@@ -93,7 +93,7 @@ def test_ingest_validation_accepts_every_simulated_row(tmp_path: Path) -> None:
 def test_a_different_fleet_in_the_same_store_is_refused(tmp_path: Path) -> None:
     run(tmp_path / "h", 1, seed=1)
     with pytest.raises(ConfigError, match=r"already holds a fleet simulated with seed 1 "
-                                          r"\(asked: 2\); use a fresh --home"):
+                                          r"\(asked: 2\); use a fresh home"):
         run(tmp_path / "h", 1, seed=2)
     with pytest.raises(ConfigError, match=r"another scenario \(attempts_per_day: 400 -> 401\)"):
         run(tmp_path / "h", 1, scenario=SMALL.override(attempts_per_day=401))

@@ -23,7 +23,7 @@ from leap.features.encode import (
 )
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.features.transfer import BLEND_FAMILIES, SHRINK_FAMILIES, SHRINK_GAIN, TransferIndex
-from leap.model.train import load_attempts, masked_rows
+from leap.model.window import load_attempts, masked_rows
 
 CAT = Catalog.default()
 

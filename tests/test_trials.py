@@ -22,7 +22,7 @@ from leap.errors import CatalogError, ConfigError
 from leap.eval.report import report_tables
 from leap.eval.trials import PLAN_COLUMNS, choose, expected_loss, plan_trials, trials_study
 from leap.model.artifact import Registry
-from leap.model.train import load_attempts
+from leap.model.window import load_attempts
 from leap.sim.fleet import Fleet
 from leap.sim.measure import measure_jobs
 

@@ -36,10 +36,6 @@ class ModelError(LeapError):
     """Training or prediction cannot proceed (too little data, unfitted model ...)."""
 
 
-class QualityGateError(ModelError):
-    """A freshly trained model is too much worse than the published one to replace it."""
-
-
 class ParamError(ConfigError):
     """A bad value (or combination of values) of named parameters.
 
@@ -72,6 +68,10 @@ class ParamError(ConfigError):
     def render(self, spelling: Mapping[str, str]) -> str:
         """The message with each parameter spelled as ``spelling`` says (else its name)."""
         return self.template.format_map({p: spelling.get(p, p) for p in self.params})
+
+
+class QualityGateError(ModelError, ParamError):
+    """A freshly trained model is too much worse than the published one to replace it."""
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,7 +19,7 @@ import typer
 from rich.console import Console
 
 from leap.config import DEFAULT_HOME, Workspace
-from leap.errors import LeapError, ParamError
+from leap.errors import ConfigError, LeapError, ParamError
 
 if TYPE_CHECKING:
     from leap.eval.tables import Table
@@ -69,8 +70,26 @@ FLAGS: dict[str, str] = {
     "as_of": "--as-of", "source": "--model-source", "type_share": "--type-share",
     "dask": "--dask", "workers": "--workers", "budget": "--budget", "budgets": "--budgets",
     "hardware": "--hardware", "trial_hours": "--trial-hours", "type_discount": "--type-discount",
-    "sample": "--sample",
+    "sample": "--sample", "home": "--home", "scenario": "--scenario", "force": "--force",
 }
+
+
+def parse_day(value: str | None, option: str = "--as-of") -> datetime | None:
+    """A YYYY-MM-DD option as UTC midnight (None passes through)."""
+    if value is None:
+        return None
+    try:
+        d = datetime.strptime(value, "%Y-%m-%d")
+    except ValueError:
+        raise ConfigError(f"{option} must be a date like 2026-01-31, got {value!r}") from None
+    return d.replace(tzinfo=UTC)
+
+
+def require_store(ws: Workspace) -> None:
+    """Refuse, with the way out, a command that reads a store the workspace does not have."""
+    if not ws.store_path.exists():
+        raise ConfigError(f"no attempt store at {ws.store_path}; run `leap ingest` or "
+                          "`leap simulate` first (or pass --home)")
 
 
 def error_text(exc: LeapError) -> str:
@@ -136,8 +155,8 @@ def _register() -> None:
     # The order here is the order of `leap --help`.
     import importlib
 
-    for mod in ("data", "sim", "model", "rank", "describe", "ops", "evaluate", "bench_data",
-                "trials", "demo"):
+    for mod in ("data", "sim", "model", "rank", "describe", "ops", "evaluate", "boundaries",
+                "bench_data", "trials", "demo"):
         importlib.import_module(f"leap.cli.{mod}")
 
 

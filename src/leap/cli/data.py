@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from leap.catalog import Catalog
-from leap.cli import app, console, err_console, guarded, print_json, workspace
+from leap.cli import app, console, err_console, guarded, parse_day, print_json, workspace
 from leap.data.ingest import (
     IngestLimits,
     IngestReport,
@@ -82,7 +82,6 @@ def ingest(
     """Validate attempt files and add them to the store as one atomic batch."""
     from datetime import UTC, datetime, timedelta
 
-    from leap.cli.model import parse_day
 
     ws = workspace(ctx)
     catalog = Catalog.load(ws.catalog_path)
@@ -212,7 +211,6 @@ def export_cmd(
 ) -> None:
     """Export the store's attempts to Parquet, a directory per day, for Dask workers or any
     tool that reads Parquet."""
-    from leap.cli.model import parse_day
     from leap.data.export import export_parquet
 
     ws = workspace(ctx)

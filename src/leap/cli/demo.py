@@ -78,12 +78,8 @@ def demo(
     from leap.data.store import Store
     from leap.eval.oracle import oracle_ceiling
     from leap.model.artifact import Registry
-    from leap.model.train import (
-        TrainConfig,
-        load_attempts,
-        succeeded_attempts,
-        train_nightly,
-    )
+    from leap.model.train import train_nightly
+    from leap.model.window import TrainConfig, load_attempts, succeeded_attempts
     from leap.rank.ranker import Ranker
     from leap.sim.fleet import Fleet
     from leap.sim.run import simulate

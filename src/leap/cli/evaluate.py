@@ -1,11 +1,10 @@
-"""CLI: `leap backtest`, `leap report` and `leap experiment
-lookup|ranking|impact|new-families|new-hardware`."""
+"""CLI: `leap backtest`, `leap report` and `leap experiment lookup|ranking|impact` (the
+studies of the report; the others are in :mod:`leap.cli.boundaries` and :mod:`leap.cli.trials`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,83 +23,30 @@ from leap.cli import (
     console,
     err_console,
     guarded,
+    parse_day,
     print_json,
     print_tables,
+    require_store,
     workspace,
-    write_study,
 )
 from leap.cli.bench_data import experiment_group
+from leap.cli.options import (
+    as_of_opt,
+    dask_opt,
+    model_opt,
+    no_history_opt,
+    parallel,
+    source_opt,
+    specialists_opt,
+    train_config,
+    window_opt,
+    workers_opt,
+)
 from leap.config import Workspace
 from leap.errors import ConfigError
 
 experiment_app = experiment_group()
 
-
-# Shared options -------------------------------------------------------------------------------
-def _window_opt() -> Any:
-    return typer.Option(30, "--window-days", min=2, help="Days of attempts each night trains on.")
-
-
-def _model_opt() -> Any:
-    return typer.Option("cascade", "--model", help="cascade (router + specialists) or global "
-                        "(one model): the backtest costs what this model costs per night.")
-
-
-def _specialists_opt() -> Any:
-    return typer.Option(13, "--specialists", min=2, help="K for the cascade.")
-
-
-def _no_history_opt() -> Any:
-    return typer.Option(False, "--no-history", help="Ablation: drop the history features.")
-
-
-def _workers_opt() -> Any:
-    return typer.Option(None, "--workers", min=1, help="Local processes for the nights "
-                        "(default: CPUs / 2, as each fit runs 2 LightGBM threads; 1 runs in "
-                        "this process).", show_default=False)
-
-
-def _dask_opt() -> Any:
-    return typer.Option(None, "--dask", help="Run the nights on Dask: 'local' for a "
-                        "LocalCluster of --workers processes, or a scheduler address "
-                        "tcp://HOST:PORT (workers must see the store path).",
-                        show_default=False)
-
-
-def _as_of_opt() -> Any:
-    return typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD). Default: the "
-                        "published model's day, else the last full day in the store.",
-                        show_default=False)
-
-
-def _source_opt() -> Any:
-    return typer.Option("auto", "--model-source", help="auto (a kept or published model for "
-                        "the day, else train), published, or train.")
-
-
-def _train_config(window_days: int, model: str, specialists: int, no_history: bool) -> Any:
-    from leap.model.train import TrainConfig
-
-    return TrainConfig(window_days=window_days, model_kind=model, n_specialists=specialists,
-                       use_history=not no_history)
-
-
-def _parallel(workers: int | None, dask: str | None) -> Any:
-    from leap.eval.parallel import Parallel, default_workers
-
-    return Parallel(workers=workers if workers is not None else default_workers(), dask=dask)
-
-
-def _day(value: str | None, option: str) -> datetime | None:
-    from leap.cli.model import parse_day
-
-    return parse_day(value, option)
-
-
-def _require_store(ws: Workspace) -> None:
-    if not ws.store_path.exists():
-        raise ConfigError(f"no attempt store at {ws.store_path}; run `leap ingest` or "
-                          "`leap simulate` first (or pass --home)")
 
 
 def _print_tables(report: dict[str, Any]) -> None:
@@ -122,9 +68,9 @@ def _run_backtest(ws: Workspace, *, nights: int, window_days: int, end: str | No
     from leap.catalog import Catalog
     from leap.eval.backtest import run_backtest
 
-    par = _parallel(workers, dask)
-    _require_store(ws)
-    cfg = _train_config(window_days, model, specialists, no_history)
+    par = parallel(workers, dask)
+    require_store(ws)
+    cfg = train_config(window_days, model, specialists, no_history)
     catalog = Catalog.load(ws.catalog_path)
     with _night_bar(quiet) as bar:
         task = bar.add_task(f"backtest ({par.backend}, {par.workers} worker"
@@ -136,7 +82,7 @@ def _run_backtest(ws: Workspace, *, nights: int, window_days: int, end: str | No
             bar.update(task, completed=done, total=total, last=last)
 
         return run_backtest(ws.store_path, catalog, cfg, nights=nights, work_dir=ws.work_dir,
-                            end=_day(end, "--end"), parallel=par, progress=progress)
+                            end=parse_day(end, "--end"), parallel=par, progress=progress)
 
 
 # leap backtest --------------------------------------------------------------------------------
@@ -147,14 +93,14 @@ def _run_backtest(ws: Workspace, *, nights: int, window_days: int, end: str | No
 def backtest_cmd(
     ctx: typer.Context,
     nights: int = typer.Option(30, "--nights", min=1, help="Consecutive nightly retrainings."),
-    window_days: int = _window_opt(),
+    window_days: int = window_opt(),
     end: str = typer.Option(None, "--end", help="Last held-out day (YYYY-MM-DD). Default: the "
                             "last full day in the store.", show_default=False),
-    model: str = _model_opt(),
-    specialists: int = _specialists_opt(),
-    no_history: bool = _no_history_opt(),
-    workers: int = _workers_opt(),
-    dask: str = _dask_opt(),
+    model: str = model_opt(),
+    specialists: int = specialists_opt(),
+    no_history: bool = no_history_opt(),
+    workers: int = workers_opt(),
+    dask: str = dask_opt(),
     as_json: bool = typer.Option(False, "--json", help="Print the result (every night) as "
                                  "JSON."),
 ) -> None:
@@ -185,11 +131,12 @@ def _study_day(ws: Workspace, store: Any, *, as_of: str | None, window_days: int
     from leap.catalog import Catalog
     from leap.eval.studies import eval_day
 
-    cfg = _train_config(window_days, model, specialists, no_history)
+    cfg = train_config(window_days, model, specialists, no_history)
     with err_console.status("preparing the model of the held-out day (training if needed)",
                             spinner="dots"):
-        return eval_day(store, Catalog.load(ws.catalog_path), cfg, as_of=_day(as_of, "--as-of"),
-                        models_dir=ws.models_dir, source=source)
+        return eval_day(store, Catalog.load(ws.catalog_path), cfg,
+                        as_of=parse_day(as_of, "--as-of"), models_dir=ws.models_dir,
+                        source=source)
 
 
 def _ranking(ed: Any, ws: Workspace, store: Any, sample: int, seed: int) -> Any:
@@ -220,7 +167,7 @@ def _study(key: str, compute: Callable[[Any, Workspace, Any], Any],
     from leap.data.store import Store
 
     ws = workspace(ctx)
-    _require_store(ws)
+    require_store(ws)
     with Store(ws.store_path, read_only=True) as store:
         ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
                         specialists=specialists, no_history=no_history, source=source)
@@ -237,12 +184,12 @@ def _study(key: str, compute: Callable[[Any, Workspace, Any], Any],
 @guarded
 def lookup_cmd(
     ctx: typer.Context,
-    as_of: str = _as_of_opt(),
-    source: str = _source_opt(),
-    window_days: int = _window_opt(),
-    model: str = _model_opt(),
-    specialists: int = _specialists_opt(),
-    no_history: bool = _no_history_opt(),
+    as_of: str = as_of_opt(),
+    source: str = source_opt(),
+    window_days: int = window_opt(),
+    model: str = model_opt(),
+    specialists: int = specialists_opt(),
+    no_history: bool = no_history_opt(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """The lookup table (the previous system) beside LEAP on one held-out day.
@@ -265,12 +212,12 @@ def ranking_cmd(
     ctx: typer.Context,
     sample: int = typer.Option(1000, "--sample", min=1, help="Jobs of the day to score."),
     seed: int = typer.Option(0, "--seed", help="Seed of the job sample."),
-    as_of: str = _as_of_opt(),
-    source: str = _source_opt(),
-    window_days: int = _window_opt(),
-    model: str = _model_opt(),
-    specialists: int = _specialists_opt(),
-    no_history: bool = _no_history_opt(),
+    as_of: str = as_of_opt(),
+    source: str = source_opt(),
+    window_days: int = window_opt(),
+    model: str = model_opt(),
+    specialists: int = specialists_opt(),
+    no_history: bool = no_history_opt(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Ranking quality against the simulator's truth (simulated stores only).
@@ -297,12 +244,12 @@ def impact_cmd(
     delay_cost: float = typer.Option(1.0, "--delay-cost", min=0.0, help="Cost of an hour a "
                                      "waiting attempt is delayed, per device-hour of its "
                                      "home price."),
-    as_of: str = _as_of_opt(),
-    source: str = _source_opt(),
-    window_days: int = _window_opt(),
-    model: str = _model_opt(),
-    specialists: int = _specialists_opt(),
-    no_history: bool = _no_history_opt(),
+    as_of: str = as_of_opt(),
+    source: str = source_opt(),
+    window_days: int = window_opt(),
+    model: str = model_opt(),
+    specialists: int = specialists_opt(),
+    no_history: bool = no_history_opt(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Will advice save money? Replay days under capacity that matches the work.
@@ -320,106 +267,6 @@ def impact_cmd(
            specialists=specialists, no_history=no_history, as_json=as_json)
 
 
-@experiment_app.command("new-families", epilog="Example:  leap experiment new-families "
-                        "--type-share 0.1 --json   (writes <home>/work/reports/new_families.json)")
-@guarded
-def new_families_cmd(
-    ctx: typer.Context,
-    as_of: str = typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD). Default: the "
-                              "last full day in the store.", show_default=False),
-    type_share: float = typer.Option(0.1, "--type-share", min=0.001, max=0.999,
-                                     help="Share of the day's model types whose families all "
-                                     "leave training together."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the draw of model types."),
-    window_days: int = _window_opt(),
-    model: str = _model_opt(),
-    specialists: int = _specialists_opt(),
-    out: Path = typer.Option(None, "--out", help="Directory for new_families.json. Default: "
-                             "<home>/work/reports.", show_default=False),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """Leave families out of training (by model type, and one large family alone) and measure
-    the accuracy lost on them, with and without the architecture prior.
-
-    Trains two models on the window before the held-out day: one on every family, one
-    without the left-out families; scores the left-out families' attempts of the day with
-    both, and with the second again with their architecture columns blanked.
-    """
-    from leap.catalog import Catalog
-    from leap.data.store import Store
-    from leap.eval.new_families import new_families_study
-
-    ws = workspace(ctx)
-    _require_store(ws)
-    cfg = _train_config(window_days, model, specialists, False)
-    with Store(ws.store_path, read_only=True) as store, \
-            err_console.status("new-families study", spinner="dots") as status:
-        result = new_families_study(store, Catalog.load(ws.catalog_path), cfg,
-                                    as_of=_day(as_of, "--as-of"), type_share=type_share,
-                                    seed=seed, progress=status.update)
-    write_study(out if out is not None else ws.work_dir / "reports", "new_families", result,
-                as_json=as_json, seconds=result['timings']['total_s'])
-
-
-def _days_list(value: str, option: str) -> list[int]:
-    try:
-        days = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"{option} must be whole numbers separated by commas, got "
-                          f"{value!r}") from None
-    if any(d < 0 for d in days):
-        raise ConfigError(f"{option} must be numbers >= 0, got {value!r}")
-    return days
-
-
-@experiment_app.command("new-hardware", epilog="Example:  leap experiment new-hardware "
-                        "--hardware B200 --hardware MI300X --json   (writes "
-                        "<home>/work/reports/new_hardware.json)")
-@guarded
-def new_hardware_cmd(
-    ctx: typer.Context,
-    hardware: list[str] = typer.Option(["B200", "MI300X", "Gaudi3"], "--hardware", help="A type to "
-                                       "hold out of training (repeat for several; one "
-                                       "retraining each)."),
-    as_of: str = typer.Option(None, "--as-of", help="Held-out day (YYYY-MM-DD). Default: the "
-                              "last full day in the store.", show_default=False),
-    sample: int = typer.Option(500, "--sample", min=1, help="Jobs of the day ranked per type "
-                               "against the oracle (simulated stores)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the job sample."),
-    curve_days: str = typer.Option("0,1,2,3,5,7,10,14,20", "--curve-days",
-                                   help="Days of history of the newest type at which it is "
-                                   "scored (one retraining each); '' skips the curve."),
-    window_days: int = _window_opt(),
-    model: str = _model_opt(),
-    specialists: int = _specialists_opt(),
-    out: Path = typer.Option(None, "--out", help="Directory for new_hardware.json. Default: "
-                             "<home>/work/reports.", show_default=False),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """Hold accelerator types out of training and measure accuracy and ranking regret on them,
-    beside the same types seen; and the newest type's accuracy night by night since its first
-    day, beside the fleet's.
-
-    One retraining per held-out type (plus one on everything) and one per curve night.
-    """
-    from leap.catalog import Catalog
-    from leap.data.store import Store
-    from leap.eval.new_hardware import new_hardware_study
-
-    ws = workspace(ctx)
-    _require_store(ws)
-    cfg = _train_config(window_days, model, specialists, False)
-    catalog = Catalog.load(ws.catalog_path)
-    with Store(ws.store_path, read_only=True) as store, \
-            err_console.status("new-hardware study", spinner="dots") as status:
-        result = new_hardware_study(store, catalog, cfg, hardware=hardware,
-                                    as_of=_day(as_of, "--as-of"), sample=sample, seed=seed,
-                                    curve_days=_days_list(curve_days, "--curve-days"),
-                                    progress=status.update)
-    write_study(out if out is not None else ws.work_dir / "reports", "new_hardware", result,
-                as_json=as_json, seconds=result['timings']['total_s'])
-
-
 # leap report ----------------------------------------------------------------------------------
 @app.command("report", epilog="Examples:\n\n  leap report --out reports/2026-01\n\n"
              "  leap report --out /tmp/r --nights 5 --window-days 7 --model global --sample 300")
@@ -430,15 +277,15 @@ def report_cmd(
                              "PNG plots (created if missing)."),
     nights: int = typer.Option(30, "--nights", min=1, help="Backtest nights (resumes a "
                                "backtest with the same settings)."),
-    window_days: int = _window_opt(),
+    window_days: int = window_opt(),
     end: str = typer.Option(None, "--end", help="Last held-out day (YYYY-MM-DD); the studies "
                             "use it too. Default: the last full day in the store.",
                             show_default=False),
-    model: str = _model_opt(),
-    specialists: int = _specialists_opt(),
-    no_history: bool = _no_history_opt(),
-    workers: int = _workers_opt(),
-    dask: str = _dask_opt(),
+    model: str = model_opt(),
+    specialists: int = specialists_opt(),
+    no_history: bool = no_history_opt(),
+    workers: int = workers_opt(),
+    dask: str = dask_opt(),
     sample: int = typer.Option(1000, "--sample", min=1, help="Jobs scored by the ranking "
                                "study."),
     impact_days: int = typer.Option(3, "--impact-days", min=1, help="Days replayed by the "
@@ -473,7 +320,7 @@ def report_cmd(
         report = run_report(store, bt, catalog=Catalog.load(ws.catalog_path),
                             catalog_path=ws.catalog_path, models_dir=ws.models_dir,
                             work_dir=ws.work_dir,
-                            cfg=_train_config(window_days, model, specialists, no_history),
+                            cfg=train_config(window_days, model, specialists, no_history),
                             sample=sample, impact_days=impact_days,
                             advice_depth=_depth(advice_depth), status=status.update)
     report.real_data = _real_data(ws, real_data_json, real_data)
@@ -483,7 +330,8 @@ def report_cmd(
         return
     parts = report.parts()
     _print_tables({k: parts[k] for k in ("backtest", "lookup", "ranking", "impact",
-                                         "new_families", "new_hardware", "trials")})
+                                         "new_families", "new_hardware", "trials",
+                                         "alternatives")})
     console.print(f"wrote {page} (and report.json, plots) in {out}")
 
 

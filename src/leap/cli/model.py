@@ -11,23 +11,20 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from leap.cli import app, console, guarded, print_json, workspace
+from leap.cli import (
+    app,
+    console,
+    guarded,
+    parse_day,
+    print_json,
+    require_store,
+    workspace,
+)
 from leap.errors import ConfigError
 
 models_app = typer.Typer(help="List published model versions and roll back.",
                          no_args_is_help=True)
 app.add_typer(models_app, name="models")
-
-
-def parse_day(value: str | None, option: str = "--as-of") -> datetime | None:
-    """A YYYY-MM-DD option as UTC midnight (None passes through)."""
-    if value is None:
-        return None
-    try:
-        d = datetime.strptime(value, "%Y-%m-%d")
-    except ValueError:
-        raise ConfigError(f"{option} must be a date like 2026-01-31, got {value!r}") from None
-    return d.replace(tzinfo=UTC)
 
 
 def _pct(x: Any) -> str:
@@ -72,16 +69,15 @@ def train(
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.model.artifact import Registry
-    from leap.model.train import TrainConfig, train_nightly
+    from leap.model.train import train_nightly
+    from leap.model.window import TrainConfig
 
     ws = workspace(ctx)
     cfg = TrainConfig(window_days=window_days, model_kind=model, n_specialists=specialists,
                       objective=objective, use_history=not no_history,
                       quality_margin=quality_margin)
     catalog = Catalog.load(ws.catalog_path)
-    if not ws.store_path.exists():
-        raise ConfigError(f"no attempt store at {ws.store_path}; run `leap ingest` or "
-                          "`leap simulate` first (or pass --home)")
+    require_store(ws)
     with Store(ws.store_path, read_only=True) as store:
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                       console=console, disable=as_json, transient=True) as bar:

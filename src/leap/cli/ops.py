@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from leap.cli import app, console, guarded, print_json, workspace
+from leap.cli import app, console, guarded, parse_day, print_json, workspace
 
 _HELP = (
     "Join ingested attempts to the rankings leap served for their launch (by attempt_id, else "
@@ -40,7 +40,6 @@ def monitor(
     """Live coverage, first-choice share and accuracy of the advice, per day."""
     from datetime import timedelta
 
-    from leap.cli.model import parse_day
     from leap.eval.monitor import monitor as run_monitor
     from leap.rank.decisions import decisions_path
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -14,8 +13,10 @@ from leap.cli import (
     console,
     err_console,
     guarded,
+    parse_day,
     print_json,
     print_tables,
+    require_store,
     workspace,
     write_study,
 )
@@ -25,12 +26,6 @@ trials_app = typer.Typer(help="Trial jobs on a new (or little-used) accelerator 
                          "families to run so rankings improve most per trial dollar.",
                          no_args_is_help=True)
 app.add_typer(trials_app, name="trials")
-
-
-def _require_store(home: Any) -> None:
-    if not home.store_path.exists():
-        raise ConfigError(f"no attempt store at {home.store_path}; run `leap ingest` or "
-                          "`leap simulate` first (or pass --home)")
 
 
 @trials_app.command("plan", epilog="Examples:\n\n  leap trials plan --hardware B200 --budget 10"
@@ -64,14 +59,14 @@ def plan_cmd(
     from leap.eval.new_hardware import check_hardware
     from leap.eval.trials import PLAN_COLUMNS, plan_trials
     from leap.model.artifact import Registry
-    from leap.model.train import day_start, load_attempts
+    from leap.model.window import day_start, load_attempts
 
     ws = workspace(ctx)
     if budget < 1:
         raise ConfigError(f"--budget must be >= 1, got {budget}")
     if out is not None and out.suffix.lower() not in (".csv", ".json"):
         raise ConfigError(f"--out {out}: name a .csv or .json file")
-    _require_store(ws)
+    require_store(ws)
     costs = Catalog.load(ws.catalog_path)
     check_hardware([hardware], costs)
     try:
@@ -137,13 +132,12 @@ def check_cmd(
     regret on the type for each number of trials (simulated stores only).
     """
     from leap.catalog import Catalog
-    from leap.cli.model import parse_day
     from leap.data.store import Store
     from leap.eval.trials import trials_study
-    from leap.model.train import TrainConfig
+    from leap.model.window import TrainConfig
 
     ws = workspace(ctx)
-    _require_store(ws)
+    require_store(ws)
     try:
         numbers = [int(b) for b in budgets.split(",") if b.strip()]
     except ValueError:

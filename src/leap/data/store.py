@@ -309,7 +309,7 @@ class Store:
             "SELECT table_name FROM information_schema.tables").fetchall()}
         if not {"attempts", "quarantine", "batches", "meta"} <= tables:
             raise DataError(f"{self.path} is not a leap attempt store (tables found: "
-                            f"{', '.join(sorted(tables)) or 'none'}); point --home elsewhere")
+                            f"{', '.join(sorted(tables)) or 'none'}); use another workspace")
         version = self.get_meta("store_schema_version")
         cols = [r[0] for r in self.con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'attempts' "
@@ -317,7 +317,7 @@ class Store:
         if version != STORE_SCHEMA_VERSION or tuple(cols[:len(ATTEMPT_COLUMNS)]) != \
                 ATTEMPT_COLUMNS:
             raise DataError(f"attempt store {self.path} has layout version {version}, this "
-                            f"leap needs {STORE_SCHEMA_VERSION}; re-ingest into a new --home")
+                            f"leap needs {STORE_SCHEMA_VERSION}; re-ingest into a new workspace")
 
     def _writable(self) -> None:
         if self.read_only:

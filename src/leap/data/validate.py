@@ -271,7 +271,7 @@ def _plausibility(catalog: Catalog, limits: IngestLimits, present: list[str]
 
     cases = [(f"t.submitted_at < {ts(limits.earliest)}",
               _lit(f"implausible submitted_at: before {limits.earliest:%Y-%m-%d} (the earliest "
-                   "accepted; leap ingest --earliest)"))]
+                   "accepted; limit earliest)"))]
     if limits.latest is not None:
         cases.append((f"t.submitted_at > {ts(limits.latest)}",
                       _lit(f"implausible submitted_at: in the future (after "
@@ -282,13 +282,13 @@ def _plausibility(catalog: Catalog, limits: IngestLimits, present: list[str]
         if c in present:
             cases.append((f"t.{_q(c)} > {int(limits.max_count)}",
                           _lit(f"implausible {c}: more than {int(limits.max_count):,} "
-                               "(leap ingest --max-count)")))
+                               "(limit max_count)")))
     cases.append((f"t.batch_size > {int(limits.max_batch_size)}",
                    _lit(f"implausible batch_size: more than {int(limits.max_batch_size):,} "
-                        "(leap ingest --max-batch-size)")))
+                        "(limit max_batch_size)")))
     cases.append((f"t.throughput > {float(limits.max_throughput)!r}",
                   _lit(f"implausible throughput: above {limits.max_throughput:g} samples/s "
-                       "(leap ingest --max-throughput)")))
+                       "(limit max_throughput)")))
     peaks = {n: max(h.peak_bf16_tflops, h.peak_fp32_tflops) * 1e12 for n, h in catalog.items()
              if max(h.peak_bf16_tflops, h.peak_fp32_tflops) > 0}
     if "flops_per_sample" in present and peaks:
@@ -301,8 +301,8 @@ def _plausibility(catalog: Catalog, limits: IngestLimits, present: list[str]
                       f"'implausible throughput: it implies ' || printf('%.3g', {mfu}) || "
                       f"'x the peak FLOP/s of ' || t.hardware || {_lit(' (more than ')} || "
                       f"{_lit(f'{limits.max_utilization:g}')} || "
-                      f"{_lit('x; check throughput and flops_per_sample, or leap ingest ')} || "
-                      "'--max-utilization)'"))
+                      f"{_lit('x; check throughput and flops_per_sample, or the limit ')} || "
+                      "'max_utilization)'"))
     return cases
 
 

@@ -39,14 +39,8 @@ from leap.eval.baselines import lookup_comparison
 from leap.eval.oracle import oracle_ceiling, oracle_fleet
 from leap.eval.parallel import Parallel
 from leap.features.encode import FEATURE_VERSION, NOVELTY_GROUPS
-from leap.model.train import (
-    EncodeCache,
-    TrainConfig,
-    WindowModel,
-    day_start,
-    family_seen,
-    window_attempts,
-)
+from leap.model.train import WindowModel, family_seen
+from leap.model.window import EncodeCache, TrainConfig, day_start, window_attempts
 
 #: 2: nights carry the spec-ratio transfer comparison.
 FORMAT_VERSION = 2

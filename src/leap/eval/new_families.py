@@ -36,14 +36,8 @@ from leap.arch import SUMMARY_COLUMNS
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
 from leap.errors import ConfigError, ParamError
-from leap.model.train import (
-    TrainConfig,
-    WindowModel,
-    day_start,
-    family_seen,
-    train_window,
-    window_attempts,
-)
+from leap.model.train import WindowModel, family_seen, train_window
+from leap.model.window import TrainConfig, day_start, window_attempts
 
 #: Architecture columns blanked for the "without prior" predictions.
 ARCHITECTURE_COLUMNS: tuple[str, ...] = (*SUMMARY_COLUMNS, "num_dense_features",

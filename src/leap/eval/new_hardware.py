@@ -30,7 +30,8 @@ from leap.errors import CatalogError, ConfigError, ParamError, did_you_mean
 from leap.eval.new_families import score_block
 from leap.eval.oracle import oracle_fleet
 from leap.eval.rank_quality import order_quality, summarize_quality
-from leap.model.train import TrainConfig, WindowModel, day_start, train_window, window_attempts
+from leap.model.train import WindowModel, train_window
+from leap.model.window import TrainConfig, day_start, window_attempts
 
 if TYPE_CHECKING:
     from leap.data.store import Store

@@ -76,7 +76,7 @@ def day_ceiling(store: Store, catalog: Catalog, as_of: datetime) -> float | None
     fleet = oracle_fleet(store)
     if fleet is None:
         return None
-    from leap.model.train import load_attempts, succeeded_attempts
+    from leap.model.window import load_attempts, succeeded_attempts
 
     day = succeeded_attempts(load_attempts(store, as_of, as_of + timedelta(days=1)), catalog)
     return oracle_ceiling(fleet, day)["accuracy"]

@@ -184,7 +184,8 @@ def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) ->
     small, so the single global model is used (a 13-way cascade over a few hundred rows
     would leave each specialist a handful).
     """
-    from leap.model.train import TrainConfig, train_window
+    from leap.model.train import train_window
+    from leap.model.window import TrainConfig
 
     frame = pd.concat([train.to_pandas(), test.to_pandas()], ignore_index=True)
     frame["submitted_at"] = pd.to_datetime(frame["submitted_at"], utc=True)

@@ -80,7 +80,8 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
                  notes: Sequence[str] = (), meta: Mapping[str, Any] | None = None,
                  new_families: Mapping[str, Any] | None = None,
                  new_hardware: Mapping[str, Any] | None = None,
-                 trials: Mapping[str, Any] | None = None) -> Path:
+                 trials: Mapping[str, Any] | None = None,
+                 alternatives: Mapping[str, Any] | None = None) -> Path:
     """Write ``index.html``, ``report.json`` and the plots into ``out_dir``; return the page.
 
     Parameters
@@ -103,6 +104,8 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
         :func:`leap.eval.new_hardware.new_hardware_study`.
     trials : dict, optional
         :func:`leap.eval.trials.trials_study`.
+    alternatives : dict, optional
+        :meth:`leap.eval.alternatives.AlternativesResult.to_dict`.
     notes : sequence of str
         Lines shown under the title (e.g. which model the studies used).
     meta : dict, optional
@@ -115,7 +118,7 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
     """
     parts = {"backtest": backtest, "lookup": lookup, "ranking": ranking, "impact": impact,
              "real_data": real_data, "new_families": new_families,
-             "new_hardware": new_hardware, "trials": trials}
+             "new_hardware": new_hardware, "trials": trials, "alternatives": alternatives}
     if all(v is None for v in parts.values()):
         raise ConfigError("nothing to report: pass at least one result (backtest, lookup, "
                           "ranking, impact or real data)")
@@ -248,6 +251,12 @@ def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
                     "covered) against random trials of the same number and cost, measured by "
                     "the simulator, added to the history and retrained.</p>")
         body.append(_html_table(tables["trials"]))
+    if report.get("alternatives") and "alternatives" in tables:
+        body.append("<h2>Alternatives on the same held-out day</h2><p>One encoded training "
+                    "set; other learners (fit on the same rows, learning the same residual "
+                    "above the base margin), the simple rules and leap's ablations predict the "
+                    "same attempts, as they came and with their own pair history masked.</p>")
+        body.append(_html_table(tables["alternatives"]))
     if report.get("real_data"):
         body.append(real_data_section(report["real_data"]))
     return (f"<!doctype html><html><head><meta charset=utf-8><title>leap evaluation report"

@@ -26,7 +26,7 @@ from leap.catalog import Catalog
 from leap.errors import ConfigError, ParamError
 from leap.eval.backtest import BacktestResult, last_full_day
 from leap.eval.oracle import is_simulated, oracle_fleet
-from leap.model.train import TrainConfig, day_start, load_attempts, window_attempts
+from leap.model.window import TrainConfig, day_start, load_attempts, window_attempts
 
 if TYPE_CHECKING:
     from leap.data.store import Store
@@ -92,7 +92,8 @@ def eval_day(store: Store, catalog: Catalog, cfg: TrainConfig, *, as_of: datetim
     """
     from leap.errors import ArtifactError
     from leap.model.artifact import Registry, load_artifact
-    from leap.model.train import succeeded_attempts, train_window
+    from leap.model.train import train_window
+    from leap.model.window import succeeded_attempts
 
     if source not in ("auto", "published", "train"):
         raise ParamError(f"{{source}} must be auto, published or train, got {source!r}")
@@ -257,6 +258,7 @@ class Report:
     new_families: dict[str, Any] | None = None
     new_hardware: dict[str, Any] | None = None
     trials: dict[str, Any] | None = None
+    alternatives: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     def parts(self) -> dict[str, dict[str, Any] | None]:
@@ -267,7 +269,7 @@ class Report:
                 "impact": None if self.impact is None else self.impact.to_dict(),
                 "real_data": real.to_dict() if hasattr(real, "to_dict") else real,
                 "new_families": self.new_families, "new_hardware": self.new_hardware,
-                "trials": self.trials}
+                "trials": self.trials, "alternatives": self.alternatives}
 
     def write(self, out_dir: Path, meta: dict[str, Any]) -> Path:
         """Write ``index.html``, ``report.json`` and the plots; return the page."""
@@ -327,7 +329,9 @@ def run_report(store: Store, backtest: BacktestResult, *, catalog: Catalog,
                      f"(day {report.new_families.get('day')})")
     report.new_hardware = saved_study(work_dir, "new_hardware.json", "types")
     report.trials = saved_study(work_dir, "trials.json", "arms")
-    for name, part in (("new-hardware", report.new_hardware), ("trials", report.trials)):
+    report.alternatives = saved_study(work_dir, "alternatives.json", "methods")
+    for name, part in (("new-hardware", report.new_hardware), ("trials", report.trials),
+                       ("alternatives", report.alternatives)):
         if part is not None:
             notes.append(f"{name} study: {work_dir / 'reports'} (day {part.get('day')})")
     return report

@@ -207,6 +207,9 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
     tr = report.get("trials")
     if tr:
         tables.append(trials_table(tr))
+    alt = report.get("alternatives")
+    if alt:
+        tables.append(alternatives_table(alt))
     return tables
 
 
@@ -332,6 +335,29 @@ def new_families_table(nf: Mapping[str, Any]) -> Table:
                  "trained without them, with and without the architecture columns",
                  ("attempts of", "n", "families", "±20% seen", "±20% held out",
                   "±20% held out, no architecture", "drop (points)"), tuple(rows))
+
+
+def alternatives_table(alt: Mapping[str, Any]) -> Table:
+    """The alternatives study (:func:`leap.eval.alternatives.alternatives_study`) as a table.
+
+    Examples
+    --------
+    >>> m = {"name": "lookup", "kind": "rule", "accuracy": 0.5, "coverage": 0.6,
+    ...      "accuracy_covered": 0.8, "masked_pairs_accuracy": float("nan"),
+    ...      "median_ape": 0.1, "fit_s": 1.0, "predict_us_per_row": 2.0, "job_ms_p50": 0.3}
+    >>> alternatives_table({"day": "2026-01-31", "methods": [m]}).rows[0][:5]
+    ('lookup', 'rule', '50.0%', '60.0%', '80.0%')
+    """
+    rows = tuple((m["name"], m["kind"], pct(m["accuracy"]), pct(m["coverage"]),
+                  pct(m["accuracy_covered"]), pct(m["masked_pairs_accuracy"]),
+                  pct(m["median_ape"]), f"{m['fit_s']:.1f}", f"{m['predict_us_per_row']:.1f}",
+                  f"{m['job_ms_p50']:.2f}") for m in alt.get("methods", []))
+    return Table("alternatives", f"alternatives on {alt.get('day', 'the held-out day')} "
+                 f"({int(alt.get('eval_rows', 0)):,} attempts; "
+                 f"{int(alt.get('masked_eval_rows', 0)):,} with their pair history masked)",
+                 ("method", "kind", "±20%", "coverage", "±20% where it answers",
+                  "±20% pair masked", "MdAPE", "fit s", "µs / row", "ms / job (20 rows)"),
+                 rows)
 
 
 def impact_tables(im: Mapping[str, Any]) -> list[Table]:

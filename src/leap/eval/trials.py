@@ -44,7 +44,8 @@ from leap.errors import ConfigError, ParamError
 from leap.eval.new_families import score_block
 from leap.eval.new_hardware import check_hardware, rank_on_type
 from leap.eval.oracle import oracle_fleet
-from leap.model.train import TrainConfig, day_start, train_window, window_attempts
+from leap.model.train import train_window
+from leap.model.window import TrainConfig, day_start, window_attempts
 
 if TYPE_CHECKING:
     from leap.data.store import Store
@@ -384,8 +385,8 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
     (hardware,) = check_hardware([hardware], catalog)
     fleet = oracle_fleet(store, strict=True)
     if fleet is None:
-        raise ConfigError("the trials check needs a simulated store (the simulator measures "
-                          "the trials); run `leap simulate` into a fresh --home")
+        raise ParamError("the trials check needs a simulated store (the simulator measures "
+                         "the trials); simulate a fleet into a fresh {home}")
     say = progress or (lambda _stage: None)
     day = day_start(as_of) if as_of is not None else last_full_day(store)
     t0 = time.perf_counter()

@@ -40,6 +40,8 @@ _HW = ("year", "devices_per_host", "peak_bf16_tflops", "peak_fp32_tflops", "memo
 _PHYS = ("log_compute_sps", "log_weight_stream_sps", "log_comm_s", "comm_to_compute",
          "mem_fit", "log_phys_sps", "log_devices")
 CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "precision", "model_category")
+#: The accelerator's specification columns (what the no-specs ablation drops).
+HARDWARE_SPEC_FEATURES: tuple[str, ...] = _HW
 
 # Residual estimates in order of specificity: the first one with history gives `hist_est`.
 # "xfer" is the family's level on the types it ran on, carried to this one

@@ -349,7 +349,7 @@ class NoveltySplitModel(_Fitted):
     Rows with (family, type) history (``pair_feature`` present) go to ``seen``, trained on
     the fleet's rows as they were; the others (types the family never ran on, new families)
     go to ``novel``, trained on such rows plus rows whose own pair history was masked
-    (:func:`leap.model.train.masked_rows`). Training one model on both mixes costs the rows
+    (:func:`leap.model.window.masked_rows`). Training one model on both mixes costs the rows
     with history accuracy; the split keeps each model on the mix it serves.
     """
 

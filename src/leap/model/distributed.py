@@ -8,8 +8,8 @@ The path, for a window too large for one machine (or a cluster already at hand):
    every worker reaches.
 2. The window's days are split into tasks of up to a week (one pair-model refit each). A
    worker reads, with DuckDB, only the days its task's snapshots need
-   (:func:`~leap.model.train.history_start`), builds the history snapshot of each day and
-   encodes that day's rows and masked rows (:func:`~leap.model.train.encode_days`: the very
+   (:func:`~leap.model.window.history_start`), builds the history snapshot of each day and
+   encodes that day's rows and masked rows (:func:`~leap.model.window.encode_days`: the very
    code of a one-machine run, so the rows are the same). The encoded rows stay in the
    workers' memory; only targets, days and flags (a few bytes a row) come back.
 3. The model is fit on those rows where they lie: each specialist and the novel-rows model
@@ -52,14 +52,13 @@ from leap.errors import ModelError, ParamError
 from leap.features.encode import FEATURE_NAMES, FeatureSpec
 from leap.features.pairs import refit_day
 from leap.model.cascade import GBMParams
-from leap.model.train import (
+from leap.model.train import WindowModel, fit_window
+from leap.model.window import (
     DayBlocks,
     Progress,
     TrainConfig,
-    WindowModel,
     day_start,
     encode_days,
-    fit_window,
     held_out_day,
     history_builder,
     history_start,

@@ -29,11 +29,11 @@ import pyarrow as pa
 from leap.catalog import Catalog
 from leap.data.schema import JOB_COLUMNS, OUTCOME_COLUMNS
 from leap.data.store import Store
-from leap.errors import ModelError
+from leap.errors import ParamError
 from leap.features.columns import Columns
 from leap.features.encode import FEATURE_NAMES, FeatureSpec, encode
 from leap.features.history import HistoryBuilder, Snapshot, prepare_history
-from leap.model.train import day_start, default_as_of, load_attempts, succeeded_attempts
+from leap.model.window import day_start, default_as_of, load_attempts, succeeded_attempts
 
 
 @dataclass
@@ -86,8 +86,8 @@ def check_parity(store: Store, catalog: Catalog, *, as_of: datetime | None = Non
                              as_of + timedelta(days=1))
     day_rows = succeeded_attempts(attempts[attempts["submitted_at"] >= as_of], catalog)
     if len(day_rows) == 0:
-        raise ModelError(f"no succeeded attempts on {as_of:%Y-%m-%d} to check; pick another "
-                         "day with --as-of")
+        raise ParamError(f"no succeeded attempts on {as_of:%Y-%m-%d} to check; pick another "
+                         "day with {as_of}")
     rng = np.random.default_rng(seed)
     if len(day_rows) > sample:
         day_rows = day_rows.iloc[np.sort(rng.choice(len(day_rows), sample, replace=False))]

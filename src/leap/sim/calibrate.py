@@ -32,7 +32,7 @@ def calibration_from_table(fleet: Fleet, table: pa.Table) -> dict[str, Any]:
     """The calibration figures of simulated attempt rows (see :func:`calibrate`)."""
     n = table.num_rows
     if n == 0:
-        raise ConfigError("no attempts to calibrate; run `leap simulate --days N` first")
+        raise ConfigError("no attempts to calibrate; simulate a fleet into the store first")
     day = fleet.day_of(table.column("submitted_at"))
     n_days = int(day.max()) + 1
     status = table.column("status").to_numpy(zero_copy_only=False)

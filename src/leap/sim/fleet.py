@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from leap.catalog import Catalog
 from leap.data.schema import PRECISIONS
-from leap.errors import CatalogError, ConfigError, DataError, did_you_mean
+from leap.errors import CatalogError, ConfigError, DataError, ParamError, did_you_mean
 from leap.sim.families import Families, make_families
 from leap.sim.models import ModelTypes, make_model_types
 from leap.sim.physics import HardwarePool, JobShape, fits, ideal_samples_per_s
@@ -347,9 +347,9 @@ class Fleet:
                               "sim.* metadata); the oracle needs a store written by "
                               "`leap simulate`")
         if meta["version"] != SIM_VERSION:
-            raise ConfigError(f"attempt store {store.path} was simulated by simulator version "
-                              f"{meta['version']}, this leap has {SIM_VERSION}; simulate again "
-                              "into a fresh --home")
+            raise ParamError(f"attempt store {store.path} was simulated by simulator version "
+                             f"{meta['version']}, this leap has {SIM_VERSION}; simulate again "
+                             "into a fresh {home}")
         scenario = Scenario.from_toml(meta["scenario"], origin="store sim.scenario")
         catalog = Catalog.from_toml(meta["catalog"], origin="store sim.catalog") \
             if meta["catalog"] else Catalog.default()

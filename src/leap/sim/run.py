@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from leap.catalog import Catalog
 from leap.data.schema import ATTEMPTS_SCHEMA, PRECISIONS, STATUSES
-from leap.errors import ConfigError
+from leap.errors import ConfigError, ParamError
 from leap.sim.families import MAX_TRAINERS, attempt_duration_sd
 from leap.sim.fleet import S_ATTEMPTS, SIM_VERSION, Fleet, day_rng
 from leap.sim.physics import JobShape
@@ -216,8 +216,8 @@ def _check_store(store: Store, meta: dict[str, str], scenario: Scenario,
     old = {k: store.get_meta(f"sim.{k}") for k in _META_KEYS}
     if old["seed"] is None:
         if store.count():
-            raise ConfigError(f"attempt store {store.path} already holds {store.count():,} "
-                              "attempts that were not simulated; simulate into a fresh --home")
+            raise ParamError(f"attempt store {store.path} already holds {store.count():,} "
+                             "attempts that were not simulated; simulate into a fresh {home}")
         return
     differs: list[str] = []
     for key in ("version", "seed", "start"):
@@ -230,9 +230,9 @@ def _check_store(store: Store, meta: dict[str, str], scenario: Scenario,
             catalog.fingerprint():
         differs.append("another hardware catalog")
     if differs:
-        raise ConfigError(f"attempt store {store.path} already holds a fleet simulated with "
-                          f"{', '.join(differs)}; use a fresh --home, or the same settings to "
-                          "extend it")
+        raise ParamError(f"attempt store {store.path} already holds a fleet simulated with "
+                         f"{', '.join(differs)}; use a fresh {{home}}, or the same settings to "
+                         "extend it")
 
 
 def simulate(store: Store, catalog: Catalog, scenario: Scenario, *, days: int, seed: int,

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from leap.errors import ConfigError, did_you_mean
+from leap.errors import ConfigError, ParamError, did_you_mean
 
 #: Model categories the simulator knows, in a fixed order (indices are used internally).
 CATEGORIES: tuple[str, ...] = ("recommendation", "vision", "language", "llm", "speech",
@@ -106,8 +106,8 @@ class Scenario:
         try:
             text = Path(path).read_text("utf-8")
         except OSError as exc:
-            raise ConfigError(f"cannot read scenario file {path}: {exc.strerror}; "
-                              "pass an existing TOML file to --scenario") from None
+            raise ParamError(f"cannot read scenario file {path}: {exc.strerror}; "
+                             "pass an existing TOML file as {scenario}") from None
         return cls.from_toml(text, origin=str(path), base=base)
 
     @classmethod

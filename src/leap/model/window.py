@@ -1,0 +1,463 @@
+"""The training set of a window: attempts -> point-in-time history snapshots -> encoded rows.
+
+For each day of the window, the rows of that day are encoded against a snapshot of the
+history before it (never their own day), and a share of them again with their own (family,
+type) history masked (what serving sees on a type the family never ran on); the held-out day
+is encoded against the snapshot as of its start, as serving will see it. The pieces
+(:func:`history_builder`, :func:`encode_days`, :func:`held_out_day`, :func:`training_set`)
+are what :func:`build_training_set` composes on one machine and what
+:mod:`leap.model.distributed` runs on Dask workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from leap.catalog import Catalog
+from leap.data.store import Store
+from leap.errors import ModelError, ParamError
+from leap.features.encode import (
+    FEATURE_NAMES,
+    FeatureSpec,
+    encode,
+    novelty,
+)
+from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
+from leap.features.pairs import PAIR_DAYS, PairModel, PairParams, PairSchedule, refit_day
+from leap.features.transfer import TRANSFER_FEATURES
+
+Progress = Callable[[str, int, int], None]
+
+#: History features (and the estimate built from them): what the no-history ablation drops.
+HISTORY_FEATURES = frozenset([s for lv in LEVELS for s in lv.stats] + list(TRANSFER_FEATURES)
+                             + ["xfer_est", "xfer_g_est", "xfer_p_est", "has_family_history",
+                                "hist_level", "hist_est"])
+#: Folds of (family, type) pairs masked in turn on the held-out day (evaluation only).
+EVAL_MASK_FOLDS = 4
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one nightly training run (the CLI builds it once).
+
+    ``model_kind`` is ``"cascade"`` (default, K specialists) or ``"global"`` (one model, the
+    ablation). ``objective`` is ``"quantile"`` (median, default) or ``"l2"`` (mean, ablation).
+    ``validation_days`` trailing days of the window serve for early stopping (a time-based
+    split, never a random one) and for calibrating the prediction intervals.
+    ``mask_share`` of each day's (family, type) pairs with history also enter training as a
+    second row encoded with that pair's own history removed (see
+    :func:`masked_rows`), so the trees learn to transfer to types a family never ran on.
+    ``interval_coverage`` is the nominal coverage of the prediction intervals.
+    ``pair_model`` carries a family's level to types it never ran on with the pair models
+    (:mod:`leap.features.pairs`, refit weekly on the two weeks before); off, with the
+    transfer tables alone (the ablation).
+    """
+
+    window_days: int = 30
+    lookback_days: int = 30
+    model_kind: str = "cascade"
+    n_specialists: int = 13
+    objective: str = "quantile"
+    use_history: bool = True
+    validation_days: int = 1
+    quality_margin: float = 0.02
+    mask_share: float = 0.3
+    interval_coverage: float = 0.8
+    pair_model: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.window_days < 2:
+            raise ModelError(f"window_days must be >= 2, got {self.window_days}")
+        if self.model_kind not in ("cascade", "global"):
+            raise ModelError(f"model kind must be 'cascade' or 'global', got {self.model_kind!r}")
+        if self.objective not in ("quantile", "l2"):
+            raise ModelError(f"objective must be 'quantile' or 'l2', got {self.objective!r}")
+        if not 0 < self.validation_days < self.window_days:
+            raise ModelError("validation_days must be between 1 and window_days - 1")
+        if not 0 <= self.mask_share <= 1:
+            raise ModelError(f"mask_share must be in [0, 1], got {self.mask_share}")
+        if not 0 < self.interval_coverage < 1:
+            raise ModelError(f"interval_coverage must be in (0, 1), got "
+                             f"{self.interval_coverage}")
+
+
+@dataclass
+class TrainingSet:
+    """Encoded rows of a window (``day`` = days since the window start) and the eval day.
+
+    ``group`` is each row's novelty group (index into
+    :data:`~leap.features.encode.NOVELTY_GROUPS`) and ``masked`` marks the rows encoded with
+    their own (family, type) history removed. ``eval_masked_X`` holds the held-out day's rows
+    encoded that way (``eval_masked_rows`` are their positions in ``eval_jobs``).
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    day: np.ndarray
+    spec: FeatureSpec
+    fallback_log_tp: float
+    serving_snapshot: Snapshot
+    eval_jobs: pd.DataFrame
+    eval_X: np.ndarray
+    group: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    masked: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=bool))
+    eval_group: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    eval_masked_X: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
+    eval_masked_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    eval_masked_group: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+
+def day_start(d: date | datetime) -> datetime:
+    if isinstance(d, datetime):
+        d = d.astimezone(UTC).date()
+    return datetime(d.year, d.month, d.day, tzinfo=UTC)
+
+
+def default_as_of(store: Store, now: datetime | None = None) -> datetime:
+    """The day after the last full day in the store, never after ``now``.
+
+    The last day with attempts counts as full when its latest attempt is after 20:00 UTC;
+    otherwise that partial day becomes the as-of day (and is the held-out day). With ``now``
+    (the wall clock, passed by ``leap train``), attempts stamped after it are ignored, so one
+    row dated in the future cannot move training into an empty window.
+    """
+    rng = store.time_range(until=now)
+    if rng is None:
+        raise ParamError("the store has no attempts" + (
+            f" submitted before {now:%Y-%m-%d %H:%M} UTC" if now is not None else "")
+            + "; ingest or simulate some first (or pass {as_of})")
+    last = rng[1].astimezone(UTC)
+    as_of = day_start(last) + (timedelta(days=1) if last.hour >= 20 else timedelta(0))
+    return as_of if now is None else min(as_of, day_start(now))
+
+
+def load_attempts(source: Any, start: datetime, end: datetime) -> pd.DataFrame:
+    """Attempts submitted in ``[start, end)`` of ``source`` (a :class:`Store` or
+    :class:`~leap.data.export.ParquetAttempts`) in a stable order (time, then id)."""
+    frame = source.attempts(start, end).to_pandas()
+    if len(frame):
+        frame["submitted_at"] = pd.to_datetime(frame["submitted_at"], utc=True)
+        frame = frame.sort_values(["submitted_at", "attempt_id"], kind="stable")
+    return frame.reset_index(drop=True)
+
+
+def window_attempts(source: Any, as_of: datetime, cfg: TrainConfig) -> pd.DataFrame:
+    """What training the window before ``as_of`` reads from ``source`` (a store or
+    :class:`~leap.data.export.ParquetAttempts`): the window, the history its first day's
+    snapshot needs (:func:`history_start`), and the held-out day."""
+    as_of = day_start(as_of)
+    return load_attempts(source, history_start(as_of - timedelta(days=cfg.window_days), cfg),
+                         as_of + timedelta(days=1))
+
+
+def succeeded_attempts(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    ok = (frame["status"] == "succeeded") & (frame["throughput"] > 0) & frame["hardware"].isin(
+        list(catalog))
+    return frame[ok].reset_index(drop=True)
+
+
+@dataclass
+class EncodeCache:
+    """What consecutive nightly windows share (a backtest worker keeps one across nights).
+
+    A day's encoded rows depend only on the attempts before that day and on the feature spec
+    (``blocks``, keyed by day and spec); a day's prepared history rows depend only on that
+    day's attempts and the catalog (``history``, keyed by day and catalog); a pair model
+    depends only on the attempts before its refit day (``pairs``, see
+    :class:`~leap.features.pairs.PairSchedule`). Each entry also records its row count, so
+    a day that gained rows is rebuilt.
+    """
+
+    blocks: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    history: dict[tuple[str, str], tuple[int, pd.DataFrame]] = field(default_factory=dict)
+    masked: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    pairs: dict[tuple[str, int, str], PairModel | None] = field(default_factory=dict)
+
+    def prune(self, as_of: datetime, cfg: TrainConfig) -> None:
+        """Forget what no window ending at or after ``as_of`` can use."""
+        window = (as_of - timedelta(days=cfg.window_days)).date().isoformat()
+        lookback = (as_of - timedelta(days=cfg.window_days + cfg.lookback_days)).date().isoformat()
+        for k in [k for k in self.blocks if k[0] < window]:
+            del self.blocks[k]
+        for k in [k for k in self.masked if k[0] < window]:
+            del self.masked[k]
+        for h in [h for h in self.history if h[0] < lookback]:
+            del self.history[h]
+        oldest_refit = refit_day(as_of - timedelta(days=cfg.window_days)).date().isoformat()
+        for p in [p for p in self.pairs if p[0] < oldest_refit]:
+            del self.pairs[p]
+
+
+def _prepared_history(past: pd.DataFrame, catalog: Catalog,
+                      cache: EncodeCache | None) -> pd.DataFrame:
+    """:func:`prepare_history` of ``past``, day by day through ``cache`` when given."""
+    if cache is None or past.empty:
+        return prepare_history(past, catalog)
+    fingerprint = catalog.fingerprint()
+    parts = []
+    for day, rows in past.groupby(past["submitted_at"].dt.floor("D"), sort=True):
+        key = (day.date().isoformat(), fingerprint)
+        hit = cache.history.get(key)
+        if hit is None or hit[0] != len(rows):
+            hit = cache.history[key] = (len(rows), prepare_history(rows, catalog))
+        parts.append(hit[1])
+    return pd.concat(parts, ignore_index=True)
+
+
+def masked_rows(rows: pd.DataFrame, X_full: np.ndarray, builder: HistoryBuilder,
+                as_of: datetime, catalog: Catalog, spec: FeatureSpec, rng: np.random.Generator,
+                *, share: float = 1.0, folds: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Re-encode rows with their own (family, type) history removed: what serving sees on a
+    type the family never ran on.
+
+    Among the distinct (family, type) pairs of ``rows`` that have history as of ``as_of``
+    (``X_full`` is ``rows`` encoded with every feature), ``share`` are drawn and split into
+    ``folds``; each fold's rows are encoded against a snapshot built without any attempt of
+    that fold's pairs (:meth:`HistoryBuilder.snapshot` with ``exclude``), so nothing of the
+    masked pair's own history can reach its row.
+
+    Returns the encoded rows (every feature) and their positions in ``rows``.
+    """
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
+    has_pair = np.isfinite(X_full[:, FEATURE_NAMES.index("fam_hw_n")])
+    if share <= 0 or not has_pair.any():
+        return np.empty((0, len(FEATURE_NAMES))), np.empty(0, dtype=np.int64)
+    pair_key = rows["family_id"].astype(str) + "\x1f" + rows["hardware"].astype(str)
+    pairs = pd.unique(pair_key[has_pair])
+    chosen = pairs[rng.random(len(pairs)) < share]
+    fold_of = dict(zip(chosen, rng.integers(0, folds, len(chosen)), strict=True))
+    row_fold = pair_key.map(fold_of).to_numpy(dtype=np.float64, na_value=np.nan)
+    blocks, where = [], []
+    for k in range(folds):
+        idx = np.flatnonzero((row_fold == k) & has_pair)
+        if len(idx) == 0:
+            continue
+        sub = rows.iloc[idx]
+        snap = builder.snapshot(as_of, exclude=sub[["family_id", "hardware"]].drop_duplicates())
+        blocks.append(encode(sub, snap, catalog, full))
+        where.append(idx)
+    if not blocks:
+        return np.empty((0, len(FEATURE_NAMES))), np.empty(0, dtype=np.int64)
+    return np.vstack(blocks), np.concatenate(where)
+
+
+def history_start(t: datetime, cfg: TrainConfig) -> datetime:
+    """The earliest attempt a snapshot as of ``t`` reads: its lookback window, and the pair
+    model's fitting days before its refit day (:class:`~leap.features.pairs.PairSchedule`)
+    when there is one."""
+    start = t - timedelta(days=cfg.lookback_days)
+    if cfg.pair_model and cfg.use_history:
+        start = min(start, refit_day(t) - timedelta(days=PAIR_DAYS))
+    return start
+
+
+def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
+                    cfg: TrainConfig, cache: EncodeCache | None = None) -> HistoryBuilder:
+    """Snapshots (and pair models) from the attempts of ``attempts`` before ``until``."""
+    past = attempts[attempts["submitted_at"] < until]
+    prepared = _prepared_history(past, catalog, cache)
+    pairs = PairSchedule(succeeded_attempts(past, catalog), catalog, PairParams(seed=cfg.seed),
+                         cache.pairs if cache is not None else None) \
+        if cfg.pair_model and cfg.use_history else None
+    return HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
+
+
+def window_spec(train_rows: pd.DataFrame, catalog: Catalog, cfg: TrainConfig,
+                window_start: datetime, as_of: datetime) -> FeatureSpec:
+    """The feature spec of a window's succeeded attempts (refusing a window too small)."""
+    if len(train_rows) < 50:
+        raise ModelError(f"only {len(train_rows)} succeeded attempts in the window "
+                         f"{window_start:%Y-%m-%d}..{as_of:%Y-%m-%d}; need at least 50 "
+                         "(check the as-of day and the window length)")
+    spec = FeatureSpec.fit(train_rows, catalog)
+    if not cfg.use_history:
+        spec = replace(spec, names=tuple(n for n in FEATURE_NAMES if n not in HISTORY_FEATURES))
+    return spec
+
+
+@dataclass
+class DayBlocks:
+    """Some days of a window, encoded: every feature (``X``), log throughput, the day (since
+    the window start), whether the row is a masked copy, and its novelty group.
+
+    ``X`` is NumPy, or on the Dask path rows kept on the workers
+    (:class:`~leap.model.distributed.BlockRows`), which index alike.
+    """
+
+    X: Any
+    y: np.ndarray
+    day: np.ndarray
+    masked: np.ndarray
+    group: np.ndarray
+    snapshot_s: float = 0.0
+    features_s: float = 0.0
+
+
+def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
+                window_start: datetime, days: Sequence[int], cfg: TrainConfig,
+                spec: FeatureSpec, progress: Progress | None = None,
+                cache: EncodeCache | None = None) -> DayBlocks:
+    """Encode the succeeded attempts of each day ``d`` in ``days`` (``window_start + d``)
+    with history as of that day, and that day's masked rows (:func:`masked_rows`,
+    ``cfg.mask_share`` of its pairs, drawn with the day's own seed).
+
+    A day's rows depend only on the attempts before it, so any subset of days can be
+    encoded apart (by a Dask worker, :mod:`leap.model.distributed`) with the same result.
+    """
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
+    spec_key = hashlib.sha256((full.to_json() + f"pairs={cfg.pair_model}").encode()
+                              ).hexdigest()[:16]
+    mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
+    blocks: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    day_of: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    snap_s = enc_s = 0.0
+    at = attempts["submitted_at"]
+    for i, d in enumerate(days):
+        if progress:
+            progress("features", i + 1, len(days) + 1)
+        start = window_start + timedelta(days=d)
+        rows = succeeded_attempts(attempts[(at >= start) & (at < start + timedelta(days=1))],
+                                  catalog)
+        if len(rows) == 0:
+            continue
+        y = np.log(rows["throughput"].to_numpy(dtype=np.float64))
+        key = (start.date().isoformat(), spec_key)
+        hit = cache.blocks.get(key) if cache is not None else None
+        if hit is None or len(hit) != len(rows):
+            t1 = time.perf_counter()
+            snap = builder.snapshot(start)
+            t2 = time.perf_counter()
+            hit = encode(rows, snap, catalog, full)
+            snap_s += t2 - t1
+            enc_s += time.perf_counter() - t2
+            if cache is not None:
+                cache.blocks[key] = hit
+        mkey = (start.date().isoformat(), mask_key)
+        mhit = cache.masked.get(mkey) if cache is not None else None
+        if mhit is None or (len(mhit[1]) and mhit[1].max() >= len(rows)):
+            t1 = time.perf_counter()
+            # Seeded by the day itself, so every window that holds this day (and a cache
+            # shared by consecutive nights) masks the same pairs.
+            rng = np.random.default_rng([cfg.seed, start.toordinal()])
+            mhit = masked_rows(rows, hit, builder, start, catalog, spec, rng,
+                               share=cfg.mask_share)
+            snap_s += time.perf_counter() - t1
+            if cache is not None:
+                cache.masked[mkey] = mhit
+        blocks += [hit, mhit[0]]
+        ys += [y, y[mhit[1]]]
+        day_of += [np.full(len(rows), d), np.full(len(mhit[1]), d)]
+        masks += [np.zeros(len(rows), dtype=bool), np.ones(len(mhit[1]), dtype=bool)]
+    X = _stack(blocks) if blocks else np.empty((0, len(FEATURE_NAMES)))
+    return DayBlocks(X=X, y=np.concatenate(ys) if ys else np.empty(0),
+                     day=np.concatenate(day_of) if day_of else np.empty(0, dtype=np.int64),
+                     masked=np.concatenate(masks) if masks else np.empty(0, dtype=bool),
+                     group=novelty(X, FEATURE_NAMES), snapshot_s=snap_s, features_s=enc_s)
+
+
+@dataclass
+class HeldOut:
+    """The serving snapshot as of the held-out day and that day's rows encoded against it
+    (every feature), plainly and each with its own (family, type) history masked."""
+
+    snapshot: Snapshot
+    jobs: pd.DataFrame
+    X: np.ndarray
+    masked_X: np.ndarray
+    masked_rows: np.ndarray
+    snapshot_s: float = 0.0
+    features_s: float = 0.0
+
+
+def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
+                 as_of: datetime, cfg: TrainConfig, spec: FeatureSpec) -> HeldOut:
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
+    t1 = time.perf_counter()
+    serving = builder.snapshot(as_of)
+    snap_s = time.perf_counter() - t1
+    at = attempts["submitted_at"]
+    jobs = succeeded_attempts(attempts[(at >= as_of) & (at < as_of + timedelta(days=1))],
+                              catalog)
+    t2 = time.perf_counter()
+    X = encode(jobs, serving, catalog, full)
+    enc_s = time.perf_counter() - t2
+    t1 = time.perf_counter()
+    masked_X, rows = masked_rows(jobs, X, builder, as_of, catalog, spec,
+                                 np.random.default_rng(cfg.seed), folds=EVAL_MASK_FOLDS)
+    snap_s += time.perf_counter() - t1
+    return HeldOut(serving, jobs, X, masked_X, rows, snap_s, enc_s)
+
+
+def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
+                 timings: dict[str, float]) -> TrainingSet:
+    """A :class:`TrainingSet` of a window's encoded days (``blocks.X`` may be a dask array,
+    see :mod:`leap.model.distributed`) and its held-out day."""
+    model_cols = [FEATURE_NAMES.index(n) for n in spec.names]
+    every = len(model_cols) == len(FEATURE_NAMES)
+    return TrainingSet(
+        X=blocks.X if every else blocks.X[:, model_cols], y=blocks.y, day=blocks.day,
+        spec=spec, fallback_log_tp=float(np.median(blocks.y[~blocks.masked])),
+        serving_snapshot=held.snapshot, eval_jobs=held.jobs, eval_X=held.X[:, model_cols],
+        group=blocks.group, masked=blocks.masked, eval_group=novelty(held.X, FEATURE_NAMES),
+        eval_masked_X=held.masked_X[:, model_cols], eval_masked_rows=held.masked_rows,
+        eval_masked_group=novelty(held.masked_X, FEATURE_NAMES), timings=timings)
+
+
+def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
+                       cfg: TrainConfig, progress: Progress | None = None,
+                       cache: EncodeCache | None = None) -> TrainingSet:
+    """Encode the window's succeeded attempts, each with history as of its own day.
+
+    Each day also contributes masked rows (:func:`masked_rows`, ``cfg.mask_share`` of its
+    pairs). Consecutive nightly windows share most of this work: pass the same ``cache`` to
+    reuse each day's encoded blocks and prepared history instead of rebuilding them.
+    """
+    window_start = as_of - timedelta(days=cfg.window_days)
+    t0 = time.perf_counter()
+    builder = history_builder(attempts, catalog, as_of, cfg, cache)
+    timings = {"history_prepare_s": time.perf_counter() - t0}
+    at = attempts["submitted_at"]
+    spec = window_spec(succeeded_attempts(attempts[(at >= window_start) & (at < as_of)],
+                                          catalog), catalog, cfg, window_start, as_of)
+    blocks = encode_days(attempts, builder, catalog, window_start, range(cfg.window_days), cfg,
+                         spec, progress, cache)
+    held = held_out_day(attempts, builder, catalog, as_of, cfg, spec)
+    builder.close()
+    if progress:
+        progress("features", cfg.window_days + 1, cfg.window_days + 1)
+    timings["snapshot_s"] = blocks.snapshot_s + held.snapshot_s
+    timings["features_s"] = blocks.features_s + held.features_s
+    return training_set(blocks, held, spec, timings)
+
+
+def _stack(blocks: list[np.ndarray]) -> np.ndarray:
+    """``np.vstack(blocks)`` that lets each block go once copied, emptying ``blocks``: the
+    peak is the result plus one block, not twice the result (blocks a cache still holds
+    stay, of course).
+
+    >>> parts = [np.ones((2, 3)), np.zeros((1, 3))]
+    >>> _stack(parts).sum(axis=1).tolist(), parts
+    ([3.0, 3.0, 0.0], [])
+    """
+    out = np.empty((sum(len(b) for b in blocks), blocks[0].shape[1]))
+    at = 0
+    blocks.reverse()
+    while blocks:
+        block = blocks.pop()
+        out[at:at + len(block)] = block
+        at += len(block)
+    return out
+
