@@ -172,7 +172,9 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
 
     Examples
     --------
-    >>> # X = encode(Columns.from_request(job, ["H100-SXM", "T4"]), art.snapshot, cat, spec)
+    Not run here (it needs a workspace)::
+
+        X = encode(Columns.from_request(job, ["H100-SXM", "T4"]), art.snapshot, cat, spec)
     """
     check_request_columns(jobs)
     cols_in = jobs if isinstance(jobs, Columns) else Columns.from_frame(jobs)

@@ -235,8 +235,10 @@ class HistoryBuilder:
 
     Examples
     --------
-    >>> # builder = HistoryBuilder(prepare_history(attempts, catalog), lookback_days=30)
-    >>> # snap = builder.snapshot(datetime(2026, 1, 31, tzinfo=UTC))
+    Not run here (it needs a workspace)::
+
+        builder = HistoryBuilder(prepare_history(attempts, catalog), lookback_days=30)
+        snap = builder.snapshot(datetime(2026, 1, 31, tzinfo=UTC))
     """
 
     def __init__(self, history: pd.DataFrame, *, lookback_days: int = 30,

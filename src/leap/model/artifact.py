@@ -281,7 +281,9 @@ def verify_artifact(directory: Path, *, timeout_s: float = DEFAULT_VERIFY_TIMEOU
 
     Examples
     --------
-    >>> # verify_artifact(registry.path("20260201-01"))["ok"]
+    Not run here (it needs a workspace)::
+
+        verify_artifact(registry.path("20260201-01"))["ok"]
     """
     directory = Path(directory)
     mpath = directory / MANIFEST
@@ -353,8 +355,10 @@ class Registry:
 
     Examples
     --------
-    >>> # reg = Registry(workspace.models_dir)
-    >>> # reg.publish(tmp_dir, "20260201-01"); reg.latest_version()
+    Not run here (it needs a workspace)::
+
+        reg = Registry(workspace.models_dir)
+        reg.publish(tmp_dir, "20260201-01"); reg.latest_version()
     """
 
     def __init__(self, models_dir: Path, *,

@@ -149,8 +149,10 @@ class GlobalModel(_Fitted):
 
     Examples
     --------
-    >>> # m = GlobalModel().fit(X, y, base=b, feature_names=names, categorical=cats)
-    >>> # log_tp = m.predict(X_new, base=b_new)
+    Not run here (it needs a workspace)::
+
+        m = GlobalModel().fit(X, y, base=b, feature_names=names, categorical=cats)
+        log_tp = m.predict(X_new, base=b_new)
     """
 
     kind = "global"

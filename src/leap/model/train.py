@@ -286,7 +286,9 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
 
     Examples
     --------
-    >>> # result = train_nightly(store, catalog, Registry(ws.models_dir))
+    Not run here (it needs a workspace)::
+
+        result = train_nightly(store, catalog, Registry(ws.models_dir))
     """
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of) if as_of is not None else default_as_of(store, now)

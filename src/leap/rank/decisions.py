@@ -167,8 +167,10 @@ class DecisionLog:
 
     Examples
     --------
-    >>> # log = DecisionLog(decisions_path(ws.home)); ranker.decision_sink = log.sink("python")
-    >>> # ... ranker.rank(job) ...; log.close()   # flushes what is queued
+    Not run here (it needs a workspace)::
+
+        log = DecisionLog(decisions_path(ws.home)); ranker.decision_sink = log.sink("python")
+        ... ranker.rank(job) ...; log.close()   # flushes what is queued
     """
 
     def __init__(self, path: Path, *, retention_days: float | None = DEFAULT_RETENTION_DAYS,

@@ -183,10 +183,12 @@ class Ranker:
 
     Examples
     --------
-    >>> # ranker = Ranker(Registry(ws.models_dir), costs=Catalog.load(my_catalog_toml))
-    >>> # result = ranker.rank({"family_id": "f1", "model_type": "resnet50",
-    >>> #                       "trainer_count": 2, "batch_size": 256})
-    >>> # [(r.hardware, round(r.value)) for r in result.ranking[:3]]
+    Not run here (it needs a workspace)::
+
+        ranker = Ranker(Registry(ws.models_dir), costs=Catalog.load(my_catalog_toml))
+        result = ranker.rank({"family_id": "f1", "model_type": "resnet50",
+                              "trainer_count": 2, "batch_size": 256})
+        [(r.hardware, round(r.value)) for r in result.ranking[:3]]
     """
 
     #: Receives every answer of :meth:`rank` (see :data:`DecisionSink`); None records nothing.
@@ -256,7 +258,9 @@ class Ranker:
 
         Examples
         --------
-        >>> # mine = ranker.with_options(costs=Catalog.load(Path("my_prices.toml")))
+        Not run here (it needs a workspace)::
+
+            mine = ranker.with_options(costs=Catalog.load(Path("my_prices.toml")))
         """
         opts: dict[str, Any] = {"costs": self.costs, "min_utilization": self.min_utilization,
                                 "premium_min_speedup": self.premium_min_speedup,
@@ -360,9 +364,11 @@ class Ranker:
 
         Examples
         --------
-        >>> # r = ranker.rank({"family_id": "f1", "model_type": "bert-base",
-        >>> #                  "trainer_count": 1, "batch_size": 32}, ["H100-SXM", "L4"])
-        >>> # r.ranking[0].hardware, r.reason
+        Not run here (it needs a workspace)::
+
+            r = ranker.rank({"family_id": "f1", "model_type": "bert-base",
+                             "trainer_count": 1, "batch_size": 32}, ["H100-SXM", "L4"])
+            r.ranking[0].hardware, r.reason
         """
         t0 = time.perf_counter()
         serving: Serving | None = None
@@ -421,7 +427,9 @@ class Ranker:
 
         Examples
         --------
-        >>> # ranker.check_candidates(["H10O"])  # CatalogError: ... did you mean 'H100-SXM'?
+        Not run here (it needs a workspace)::
+
+            ranker.check_candidates(["H10O"])  # CatalogError: ... did you mean 'H100-SXM'?
         """
         names, _ = self._candidates(self.watcher.current(), candidates, strict=True)
         return names
@@ -469,8 +477,10 @@ class Ranker:
 
         Examples
         --------
-        >>> # ranker.predict([{"family_id": "f1", "model_type": "m", "trainer_count": 1,
-        >>> #                  "batch_size": 8}], ["H100-SXM"]).frame
+        Not run here (it needs a workspace)::
+
+            ranker.predict([{"family_id": "f1", "model_type": "m", "trainer_count": 1,
+                             "batch_size": 8}], ["H100-SXM"]).frame
         """
         from leap.model.predict import predict_frame
 

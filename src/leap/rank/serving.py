@@ -104,7 +104,9 @@ class ModelWatcher:
 
     Examples
     --------
-    >>> # watcher = ModelWatcher(Registry(ws.models_dir)); serving = watcher.current()
+    Not run here (it needs a workspace)::
+
+        watcher = ModelWatcher(Registry(ws.models_dir)); serving = watcher.current()
     """
 
     def __init__(self, registry: Registry, *, check_interval_s: float = 1.0,

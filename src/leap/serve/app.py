@@ -337,8 +337,10 @@ def create_app(ranker: Ranker, *, token: str | None = None,
 
     Examples
     --------
-    >>> # app = create_app(Ranker(Registry(ws.models_dir)), token=None)
-    >>> # uvicorn.run(app, host="127.0.0.1", port=8787)
+    Not run here (it needs a workspace)::
+
+        app = create_app(Ranker(Registry(ws.models_dir)), token=None)
+        uvicorn.run(app, host="127.0.0.1", port=8787)
     """
     names = catalog if catalog is not None else (
         ranker.costs if ranker.costs is not None else Catalog.default())

@@ -147,7 +147,9 @@ class LeapClient:
 
         Examples
         --------
-        >>> # r = client.rank(job, ["H100-SXM", "L4"]); r.ranking[0].hardware if r.ranking
+        Not run here (it needs a running server)::
+
+            r = client.rank(job, ["H100-SXM", "L4"]); r.ranking[0].hardware if r.ranking
         """
         try:
             body = _rank_body(job, candidates, objective, max_cost_per_hour)
@@ -175,7 +177,9 @@ class LeapClient:
 
         Examples
         --------
-        >>> # client.predict([job], ["H100-SXM"], deadline_s=5.0).predictions
+        Not run here (it needs a running server)::
+
+            client.predict([job], ["H100-SXM"], deadline_s=5.0).predictions
         """
         body: dict[str, Any] = {"jobs": [dict(j) for j in jobs]}
         if candidates is not None:
@@ -218,8 +222,10 @@ class AsyncLeapClient:
 
     Examples
     --------
-    >>> # async with AsyncLeapClient("http://127.0.0.1:8787") as c:
-    >>> #     r = await c.rank(job)
+    Not run here (it needs a running server)::
+
+        async with AsyncLeapClient("http://127.0.0.1:8787") as c:
+            r = await c.rank(job)
     """
 
     def __init__(self, base_url: str = "http://127.0.0.1:8787", *, token: str | None = None,

@@ -109,8 +109,11 @@ def calibrate(store: Store) -> dict[str, Any]:
 
     Examples
     --------
-    >>> # leap simulate --days 7 && python -c "..."
-    >>> # calibrate(Store(ws.store_path))["oracle_ceiling"]  -> about 0.92
+    Not run here (it needs a workspace)::
+
+        leap simulate --days 7 && python -c "..."
+        calibrate(Store(ws.store_path))["oracle_ceiling"]  -> about 0.92
+
     >>> sorted(TARGETS)
     ['observed_pair_share', 'oracle_ceiling', 'throughput_span_orders']
     """

@@ -212,7 +212,10 @@ class CapacityScheduler:
 
     Examples
     --------
-    >>> # placements = CapacityScheduler(fleet).place(day_attempts, advice=rankings)
+    Not run here (it needs a workspace)::
+
+        placements = CapacityScheduler(fleet).place(day_attempts, advice=rankings)
+
     >>> CHOICES
     ('advice', 'home', 'other', 'over_capacity')
     """
