@@ -21,7 +21,14 @@ import duckdb
 import pyarrow as pa
 
 from leap.data.schema import ATTEMPTS_SCHEMA
-from leap.data.store import ATTEMPT_COLUMNS, Store, _ident, _utc, read_attempts
+from leap.data.store import (
+    ATTEMPT_COLUMNS,
+    Store,
+    _ident,
+    _utc,
+    read_attempts,
+    time_conditions,
+)
 from leap.errors import DataError
 
 #: Written last into an export directory; an export is complete only when it is there.
@@ -63,13 +70,7 @@ def export_parquet(store: Store, directory: Path, start: datetime | None = None,
                             "directory (nothing in it is deleted)")
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
-    conds, params = [], {}
-    if start is not None:
-        conds.append("submitted_at >= $start")
-        params["start"] = _utc(start)
-    if end is not None:
-        conds.append("submitted_at < $end")
-        params["end"] = _utc(end)
+    conds, params = time_conditions(start, end)
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
     cols = ", ".join(_ident(c) for c in ATTEMPT_COLUMNS)
     (rows, days), = store.con.execute(

@@ -90,6 +90,24 @@ def _utc(ts: datetime) -> datetime:
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
+def time_conditions(start: datetime | None, end: datetime | None
+                    ) -> tuple[list[str], dict[str, datetime]]:
+    """SQL conditions and parameters for ``start <= submitted_at < end`` (None: unbounded).
+
+    >>> time_conditions(None, datetime(2026, 1, 2, tzinfo=UTC))[0]
+    ['submitted_at < $end']
+    """
+    conds: list[str] = []
+    params: dict[str, datetime] = {}
+    if start is not None:
+        conds.append("submitted_at >= $start")
+        params["start"] = _utc(start)
+    if end is not None:
+        conds.append("submitted_at < $end")
+        params["end"] = _utc(end)
+    return conds, params
+
+
 def read_attempts(con: duckdb.DuckDBPyConnection, source: str, start: datetime | None,
                   end: datetime | None, columns: Sequence[str] | None = None,
                   where: Sequence[str] = ()) -> pa.Table:
@@ -101,13 +119,8 @@ def read_attempts(con: duckdb.DuckDBPyConnection, source: str, start: datetime |
     for c in cols:
         if c not in ATTEMPT_COLUMNS:
             raise DataError(f"unknown attempt column '{c}'{did_you_mean(c, ATTEMPT_COLUMNS)}")
-    conds, params = list(where), {}
-    if start is not None:
-        conds.append("submitted_at >= $start")
-        params["start"] = _utc(start)
-    if end is not None:
-        conds.append("submitted_at < $end")
-        params["end"] = _utc(end)
+    conds, params = time_conditions(start, end)
+    conds = [*where, *conds]
     sql = (f"SELECT {', '.join(_ident(c) for c in cols)} FROM {source}"
            + (f" WHERE {' AND '.join(conds)}" if conds else "")
            + " ORDER BY submitted_at, attempt_id")
