@@ -54,6 +54,7 @@ from leap.features.pairs import refit_day
 from leap.model.cascade import GBMParams
 from leap.model.train import WindowModel, fit_window
 from leap.model.window import (
+    TRAIN_DTYPE,
     DayBlocks,
     Progress,
     TrainConfig,
@@ -236,7 +237,7 @@ class BlockRows:
         import dask.array as da
 
         kept = [(f, n) for f, n in zip(futures, sizes, strict=True) if n]
-        return cls([da.from_delayed(f, shape=(n, n_cols), dtype=np.float64) for f, n in kept],
+        return cls([da.from_delayed(f, shape=(n, n_cols), dtype=TRAIN_DTYPE) for f, n in kept],
                    [n for _, n in kept], n_cols)
 
     def __len__(self) -> int:

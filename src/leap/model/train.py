@@ -302,8 +302,10 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     else:
         attempts = window_attempts(store, as_of, cfg)
         load_s = time.perf_counter() - t0
-        wm = train_window(attempts, catalog, as_of, cfg, progress)
-        del attempts
+        ts = build_training_set(attempts, catalog, as_of, cfg, progress)
+        del attempts  # the fit needs only the encoded rows: free the raw ones first
+        wm = fit_window(ts, catalog, as_of, cfg, progress)
+        del ts
         timings = {"load_s": load_s, **wm.timings}
     held = wm.metrics.get("held_out")
     new_acc = float(held["accuracy"]) if held else None

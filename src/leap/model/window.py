@@ -40,6 +40,8 @@ Progress = Callable[[str, int, int], None]
 HISTORY_FEATURES = frozenset([s for lv in LEVELS for s in lv.stats] + list(TRANSFER_FEATURES)
                              + ["xfer_est", "xfer_g_est", "xfer_p_est", "has_family_history",
                                 "hist_level", "hist_est"])
+#: The dtype of the window's training matrix (see :func:`_stack`).
+TRAIN_DTYPE = np.float32
 #: Folds of (family, type) pairs masked in turn on the held-out day (evaluation only).
 EVAL_MASK_FOLDS = 4
 
@@ -361,7 +363,7 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
         ys += [y, y[mhit[1]]]
         day_of += [np.full(len(rows), d), np.full(len(mhit[1]), d)]
         masks += [np.zeros(len(rows), dtype=bool), np.ones(len(mhit[1]), dtype=bool)]
-    X = _stack(blocks) if blocks else np.empty((0, len(FEATURE_NAMES)))
+    X = _stack(blocks) if blocks else np.empty((0, len(FEATURE_NAMES)), dtype=TRAIN_DTYPE)
     return DayBlocks(X=X, y=np.concatenate(ys) if ys else np.empty(0),
                      day=np.concatenate(day_of) if day_of else np.empty(0, dtype=np.int64),
                      masked=np.concatenate(masks) if masks else np.empty(0, dtype=bool),
@@ -444,15 +446,20 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
 
 
 def _stack(blocks: list[np.ndarray]) -> np.ndarray:
-    """``np.vstack(blocks)`` that lets each block go once copied, emptying ``blocks``: the
-    peak is the result plus one block, not twice the result (blocks a cache still holds
-    stay, of course).
+    """``np.vstack(blocks)`` as float32 that lets each block go once copied, emptying
+    ``blocks``: the peak is the result plus one block, not twice the result (blocks a cache
+    still holds stay, of course).
+
+    The window's matrix is the largest thing training holds; float32 halves it. LightGBM
+    bins float32 as it is (no copy), and its split thresholds sit between distinct binned
+    values, so serving's float64 rows take the same paths.
 
     >>> parts = [np.ones((2, 3)), np.zeros((1, 3))]
-    >>> _stack(parts).sum(axis=1).tolist(), parts
-    ([3.0, 3.0, 0.0], [])
+    >>> X = _stack(parts)
+    >>> X.sum(axis=1).tolist(), X.dtype.name, parts
+    ([3.0, 3.0, 0.0], 'float32', [])
     """
-    out = np.empty((sum(len(b) for b in blocks), blocks[0].shape[1]))
+    out = np.empty((sum(len(b) for b in blocks), blocks[0].shape[1]), dtype=TRAIN_DTYPE)
     at = 0
     blocks.reverse()
     while blocks:
