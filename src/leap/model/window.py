@@ -342,7 +342,9 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
             t1 = time.perf_counter()
             snap = builder.snapshot(start)
             t2 = time.perf_counter()
-            hit = encode(rows, snap, catalog, full)
+            # float32 from the start: the window's blocks are most of the feature stage's
+            # memory (see _stack).
+            hit = encode(rows, snap, catalog, full).astype(TRAIN_DTYPE)
             snap_s += t2 - t1
             enc_s += time.perf_counter() - t2
             if cache is not None:
@@ -354,8 +356,9 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
             # Seeded by the day itself, so every window that holds this day (and a cache
             # shared by consecutive nights) masks the same pairs.
             rng = np.random.default_rng([cfg.seed, start.toordinal()])
-            mhit = masked_rows(rows, hit, builder, start, catalog, spec, rng,
-                               share=cfg.mask_share)
+            mX, mrows = masked_rows(rows, hit, builder, start, catalog, spec, rng,
+                                    share=cfg.mask_share)
+            mhit = (mX.astype(TRAIN_DTYPE), mrows)
             snap_s += time.perf_counter() - t1
             if cache is not None:
                 cache.masked[mkey] = mhit
