@@ -24,7 +24,8 @@ from leap.features.encode import HARDWARE_SPEC_FEATURES
 def study(sim_workspace: Workspace) -> AlternativesResult:
     with Store(sim_workspace.store_path, read_only=True) as store:
         return alternatives_study(store, Catalog.default(),
-                                  small_train_config(pair_model=False), as_of=SMALL_AS_OF,
+                                  small_train_config(pair_model=False, window_days=5),
+                                  as_of=SMALL_AS_OF,
                                   sample_rows=5000, knn_rows=2000, latency_jobs=20)
 
 
