@@ -82,7 +82,6 @@ def ingest(
     """Validate attempt files and add them to the store as one atomic batch."""
     from datetime import UTC, datetime, timedelta
 
-
     ws = workspace(ctx)
     catalog = Catalog.load(ws.catalog_path)
     earliest_day = parse_day(earliest, "--earliest")

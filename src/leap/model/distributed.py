@@ -36,7 +36,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -209,12 +209,11 @@ def train_store_dask(store: Store, catalog: Catalog, as_of: datetime, client: An
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
     start = history_start(as_of - timedelta(days=cfg.window_days), cfg)
-    if export_dir is not None:
-        export_parquet(store, export_dir, start, as_of + timedelta(days=1))
-        return train_window_dask(export_dir, catalog, as_of, client, cfg, progress)
-    with tempfile.TemporaryDirectory(prefix="leap-export-") as tmp:
-        export_parquet(store, Path(tmp) / "attempts", start, as_of + timedelta(days=1))
-        return train_window_dask(Path(tmp) / "attempts", catalog, as_of, client, cfg, progress)
+    with ExitStack() as stack:
+        directory = export_dir if export_dir is not None else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="leap-export-"))) / "attempts"
+        export_parquet(store, directory, start, as_of + timedelta(days=1))
+        return train_window_dask(directory, catalog, as_of, client, cfg, progress)
 
 
 class BlockRows:

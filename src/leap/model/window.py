@@ -40,7 +40,10 @@ Progress = Callable[[str, int, int], None]
 HISTORY_FEATURES = frozenset([s for lv in LEVELS for s in lv.stats] + list(TRANSFER_FEATURES)
                              + ["xfer_est", "xfer_g_est", "xfer_p_est", "has_family_history",
                                 "hist_level", "hist_est"])
-#: The dtype of the window's training matrix (see :func:`_stack`).
+#: The dtype of the window's training matrix, set as each day is encoded
+#: (:func:`encode_days`): the matrix is the largest thing training holds, float32 halves it,
+#: and LightGBM bins float32 without a copy. Measured: held-out accuracy unchanged at 1x
+#: (84.6%) and 4x (87.6%); serving still encodes float64.
 TRAIN_DTYPE = np.float32
 #: Folds of (family, type) pairs masked in turn on the held-out day (evaluation only).
 EVAL_MASK_FOLDS = 4
@@ -342,8 +345,6 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
             t1 = time.perf_counter()
             snap = builder.snapshot(start)
             t2 = time.perf_counter()
-            # float32 from the start: the window's blocks are most of the feature stage's
-            # memory (see _stack).
             hit = encode(rows, snap, catalog, full).astype(TRAIN_DTYPE)
             snap_s += t2 - t1
             enc_s += time.perf_counter() - t2
@@ -449,20 +450,16 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
 
 
 def _stack(blocks: list[np.ndarray]) -> np.ndarray:
-    """``np.vstack(blocks)`` as float32 that lets each block go once copied, emptying
-    ``blocks``: the peak is the result plus one block, not twice the result (blocks a cache
-    still holds stay, of course).
+    """``np.vstack(blocks)`` that lets each block go once copied, emptying ``blocks``: the
+    peak is the result plus one block, not twice the result (blocks a cache still holds
+    stay, of course).
 
-    The window's matrix is the largest thing training holds; float32 halves it. LightGBM
-    bins float32 as it is (no copy), and its split thresholds sit between distinct binned
-    values, so serving's float64 rows take the same paths.
-
-    >>> parts = [np.ones((2, 3)), np.zeros((1, 3))]
+    >>> parts = [np.ones((2, 3), np.float32), np.zeros((1, 3), np.float32)]
     >>> X = _stack(parts)
     >>> X.sum(axis=1).tolist(), X.dtype.name, parts
     ([3.0, 3.0, 0.0], 'float32', [])
     """
-    out = np.empty((sum(len(b) for b in blocks), blocks[0].shape[1]), dtype=TRAIN_DTYPE)
+    out = np.empty((sum(len(b) for b in blocks), blocks[0].shape[1]), dtype=blocks[0].dtype)
     at = 0
     blocks.reverse()
     while blocks:
