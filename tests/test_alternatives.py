@@ -35,7 +35,8 @@ def test_every_method_is_scored_on_the_same_attempts(study: AlternativesResult) 
                      "linear regression on log features", "k-nearest neighbours (k = 10)",
                      "small MLP (64, 32)", "analytic roofline alone", "base margin alone",
                      "lookup table (exact configuration)", "leap without history features",
-                     "leap without hardware-spec columns", "leap, mean (L2) objective"):
+                     "leap without hardware-spec columns", "leap, mean (L2) objective",
+                     "spec-ratio transfer"):
         assert expected in names
     assert study.eval_rows > 100 and study.masked_eval_rows > 10
     by = {m.name: m for m in study.methods}
@@ -48,6 +49,10 @@ def test_every_method_is_scored_on_the_same_attempts(study: AlternativesResult) 
     assert by["small MLP (64, 32)"].coverage == 1.0
     lookup = by["lookup table (exact configuration)"]
     assert 0 < lookup.coverage < 1 and lookup.masked_pairs_accuracy == 0
+    # The spec-ratio rule never reads the pair's own type: it answers a masked pair as it
+    # answers the attempt, and a family that ran on one type not at all.
+    ratio = by["spec-ratio transfer"]
+    assert 0 < ratio.coverage < 1 and ratio.masked_pairs_accuracy > 0
     # History is what leap's accuracy rests on; the roofline alone is far from it.
     leap = by["leap (cascade + novel-rows model)"]
     assert leap.accuracy > by["leap without history features"].accuracy

@@ -14,7 +14,10 @@ method:
 - **the analytic roofline alone** (the physics estimate, no learning), **the base margin
   alone** (physics corrected by the family's history, the trees' starting point) and **the
   lookup table** (the previous system: the median of the exact configuration's past runs; no
-  answer for a configuration it has not seen).
+  answer for a configuration it has not seen) and **the spec-ratio transfer** (the family's
+  median on each other type it ran on, times the geometric mean of the peak FLOP/s and
+  bandwidth ratios: the simple rule for a pair without history; it never reads the pair's
+  own type, so its prediction for an attempt is already the masked one).
 
 Each is scored on the day's attempts as they came, on those whose family never ran on their
 type (few: what a ranking mostly asks), and on the same attempts with their own pair history
@@ -39,7 +42,7 @@ import pandas as pd
 from leap import metrics
 from leap.catalog import Catalog
 from leap.eval.backtest import last_full_day
-from leap.eval.baselines import LookupTable
+from leap.eval.baselines import LookupTable, SpecRatioTransfer
 from leap.features.encode import (
     CATEGORICAL,
     HARDWARE_SPEC_FEATURES,
@@ -328,23 +331,35 @@ def alternatives_study(store: Any, catalog: Catalog, cfg: TrainConfig | None = N
         out.append(_result(name, "rule", fn(ts.eval_X), _masked(fn, ts), ts, seen, 0.0,
                            _latency(fn, ts.eval_X, latency_jobs), note))
 
-    status("the lookup table")
+    status("the lookup table and the spec-ratio transfer")
     past = load_attempts(store, day - pd.Timedelta(days=cfg.window_days), day)
     t0 = time.perf_counter()
     table = LookupTable().fit(past)
-    fit_s = time.perf_counter() - t0
+    table_fit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ratio = SpecRatioTransfer(catalog).fit(past)
+    ratio_fit_s = time.perf_counter() - t0
     del past
     jobs = ts.eval_jobs.reset_index(drop=True)
 
     def lookup(frame: pd.DataFrame) -> np.ndarray:
         return np.log(table.predict(frame))
 
-    with np.errstate(divide="ignore"):
+    def spec_ratio(frame: pd.DataFrame) -> np.ndarray:
+        return np.log(ratio.predict(frame))
+
+    with np.errstate(divide="ignore", invalid="ignore"):
         # A masked pair never ran on its type in the model's view; the table has no answer.
         out.append(_result("lookup table (exact configuration)", "rule", lookup(jobs),
-                           np.full(len(ts.eval_masked_rows), np.nan), ts, seen, fit_s,
+                           np.full(len(ts.eval_masked_rows), np.nan), ts, seen, table_fit_s,
                            _latency(lookup, jobs, latency_jobs),
                            "no answer for a configuration it has not seen"))
+        transfer = spec_ratio(jobs)
+        out.append(_result("spec-ratio transfer", "rule", transfer,
+                           transfer[ts.eval_masked_rows], ts, seen, ratio_fit_s,
+                           _latency(spec_ratio, jobs, latency_jobs),
+                           "the family's other types x spec ratios; never reads the pair's "
+                           "own type; no answer for a family on one type"))
     timings["total_s"] = time.perf_counter() - t_start
     return AlternativesResult(day=day.date().isoformat(), train_rows=len(ts.y),
                               sample_rows=sample_rows, eval_rows=len(ts.eval_jobs),
