@@ -14,6 +14,7 @@ from conftest import SMALL_AS_OF
 from leap.catalog import Catalog
 from leap.config import Workspace
 from leap.data.store import Store
+from leap.features.columns import Columns
 from leap.features.encode import (
     FEATURE_NAMES,
     NOVELTY_GROUPS,
@@ -114,6 +115,34 @@ def test_transfer_features_are_the_same_for_one_row_and_many() -> None:
                            np.full(1, 3.0))
         for name, arr in big.items():
             np.testing.assert_array_equal(arr[i:i + 1], one[name])
+
+
+class _NoRatio:
+    """A pair model that predicts no change beyond physics: ``xfer_p_r`` is then the median
+    of the family's residuals on the types it is read from."""
+
+    def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Catalog,
+                job: np.ndarray | None = None) -> np.ndarray:
+        return np.zeros(len(hw_a))
+
+
+def test_pair_estimate_reads_the_targets_vendor_first_and_takes_the_median() -> None:
+    levels = {("f", "A100-SXM4-80GB"): 0.0, ("f", "H100-SXM"): 0.2, ("f", "L4"): 0.1,
+              ("f", "TPU-v5e"): -1.0, ("t", "TPU-v5e"): -0.4, ("t", "Gaudi3"): 0.6}
+    idx = _index(levels, [])
+    idx.pairs = _NoRatio()  # type: ignore[assignment]
+    hw = ["A10G", "TPU-v4", "A10G", "TPU-v5p"]
+    keys = {k: np.concatenate([_keys("f", 2)[k], _keys("t", 2)[k]]) for k in _keys("f", 1)}
+    jobs = Columns.from_frame(pd.DataFrame({"family_id": keys["family_id"], "hardware": hw,
+                                            "batch_size": 8, "trainer_count": 1}))
+    out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(4, 3.0), jobs)
+    # f on an NVIDIA type: its three NVIDIA types (median 0.1), never its TPU level; on a
+    # TPU: its TPU level alone. t ran on no NVIDIA type: every type it ran on (median 0.1).
+    np.testing.assert_allclose(out["xfer_p_r"], [0.1, -1.0, 0.1, -0.4])
+    np.testing.assert_allclose(out["xfer_p_sd"], [np.std([0.0, 0.2, 0.1]), 0.0,
+                                                  np.std([-0.4, 0.6]), 0.0])
+    # The other estimates still read every type the family ran on.
+    assert out["xfer_n_types"].tolist() == [4, 4, 2, 2]
 
 
 def test_novelty_groups_follow_the_history_of_each_row() -> None:
