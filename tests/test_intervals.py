@@ -57,6 +57,42 @@ def test_small_groups_borrow_the_pooled_unobserved_interval() -> None:
     assert again.quantiles_ == cal.quantiles_
 
 
+def test_unobserved_pairs_are_calibrated_per_vendor_kind() -> None:
+    """A family that never ran on the target's vendor is predicted less surely than one
+    moving to another type of a vendor it knows: one interval per group would cover the
+    first too often and the second too rarely."""
+    rng = np.random.default_rng(5)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        groups = np.r_[np.full(n, G["seen_config"]), np.full(2 * n, G["unobserved_pair_1"]),
+                       np.full(n + 10, G["unobserved_pair_2"])]
+        nv = np.r_[np.zeros(n, bool), np.zeros(n, bool), np.ones(n, bool),
+                   np.zeros(n, bool), np.ones(10, bool)]  # too few new-vendor rows in group 2
+        resid = np.r_[rng.normal(0, 0.05, n), rng.normal(0, 0.2, n), rng.normal(0, 0.6, n),
+                      rng.normal(0, 0.3, n + 10)]
+        return resid, groups, nv
+
+    resid, groups, nv = draw(1500)
+    cal = IntervalCalibrator(coverage=0.8).fit(resid, groups, new_vendor=nv)
+    assert {"unobserved_pair_1/vendor_seen", "unobserved_pair_1/new_vendor",
+            "unobserved_pair_2/vendor_seen"} <= set(cal.quantiles_)
+    assert "unobserved_pair_2/new_vendor" not in cal.quantiles_  # 10 rows: the group's
+    resid, groups, nv = draw(4000)
+    lo, hi = cal.offsets(groups, nv)
+    inside = (resid >= lo) & (resid <= hi)
+    for kind in (nv, ~nv):
+        at = (groups == G["unobserved_pair_1"]) & kind
+        assert 0.77 <= inside[at].mean() <= 0.83
+    # Without the vendor kind the pooled group interval misses both ways.
+    plo, phi = cal.offsets(groups)
+    pooled = (resid >= plo) & (resid <= phi)
+    assert pooled[(groups == G["unobserved_pair_1"]) & ~nv].mean() > 0.9
+    assert pooled[(groups == G["unobserved_pair_1"]) & nv].mean() < 0.7
+    small = (groups == G["unobserved_pair_2"]) & nv
+    np.testing.assert_array_equal(lo[small], plo[small])
+    assert IntervalCalibrator.from_json(cal.to_json()).quantiles_ == cal.quantiles_
+
+
 def test_calibrator_refuses_bad_input_clearly() -> None:
     with pytest.raises(ModelError, match="not fitted"):
         IntervalCalibrator().offsets(np.array([0]))

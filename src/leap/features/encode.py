@@ -248,6 +248,23 @@ def base_margin(X: np.ndarray, spec: FeatureSpec, fallback: float) -> np.ndarray
     return np.where(np.isfinite(est), est, start)
 
 
+def new_vendor(X: np.ndarray, names: Sequence[str]) -> np.ndarray | None:
+    """Whether each encoded row's family has history, but none on its type's vendor (the
+    interval cells of :mod:`leap.model.intervals`); None for an encoding without the
+    family-history columns (a model trained without history features).
+
+    Examples
+    --------
+    >>> X = np.array([[4.0, 2.0], [4.0, np.nan], [np.nan, np.nan]])
+    >>> new_vendor(X, ["fam_n", "fam_vendor_n"]).tolist()
+    [False, True, False]
+    """
+    pos = {n: i for i, n in enumerate(names)}
+    if "fam_n" not in pos or "fam_vendor_n" not in pos:
+        return None
+    return np.isfinite(X[:, pos["fam_n"]]) & np.isnan(X[:, pos["fam_vendor_n"]])
+
+
 def novelty(X: np.ndarray, names: Sequence[str]) -> np.ndarray:
     """Index into :data:`NOVELTY_GROUPS` of each encoded row (its history as of the snapshot).
 

@@ -36,6 +36,7 @@ from leap.features.encode import (
     base_margin,
     encode,
     jobs_frame,
+    new_vendor,
     novelty,
 )
 from leap.features.history import Snapshot
@@ -120,7 +121,7 @@ class Artifact:
         if self.intervals is None:
             return Prediction(pred, np.full(len(pred), np.nan), np.full(len(pred), np.nan),
                               group)
-        lo, hi = self.intervals.offsets(group)
+        lo, hi = self.intervals.offsets(group, new_vendor(X_full, FEATURE_NAMES))
         return Prediction(pred, pred + lo, pred + hi, group)
 
     def predict_interval(self, jobs: Columns | pd.DataFrame) -> Prediction:

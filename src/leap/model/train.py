@@ -25,6 +25,7 @@ from leap.errors import ArtifactError, ModelError, QualityGateError
 from leap.features.encode import (
     NOVELTY_GROUPS,
     base_margin,
+    new_vendor,
 )
 from leap.features.history import LEVELS, Snapshot
 from leap.model.artifact import Artifact, Registry, write_artifact
@@ -112,7 +113,8 @@ def calibrate_intervals(model: Model, ts: TrainingSet,
         return None
     X = np.asarray(ts.X[val])
     pred = model.predict(X, base=base_margin(X, ts.spec, ts.fallback_log_tp))
-    return calibrator.fit(ts.y[val] - pred, ts.group[val], ts.masked[val])
+    return calibrator.fit(ts.y[val] - pred, ts.group[val], ts.masked[val],
+                          new_vendor(X, ts.spec.names))
 
 
 def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray,
@@ -233,7 +235,7 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
         seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
         interval = None
         if intervals is not None:
-            lo, hi = intervals.offsets(ts.eval_group)
+            lo, hi = intervals.offsets(ts.eval_group, new_vendor(ts.eval_X, ts.spec.names))
             interval = (pred + lo, pred + hi)
         held = evaluate(pred, ts.eval_jobs, seen, ts.eval_group, interval)
         if len(ts.eval_masked_rows):
@@ -245,7 +247,7 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
                 ts.eval_masked_rows]
             masked_interval = None
             if intervals is not None:
-                lo_m, hi_m = intervals.offsets(g)
+                lo_m, hi_m = intervals.offsets(g, new_vendor(Xm, ts.spec.names))
                 masked_interval = (pm + lo_m, pm + hi_m)
             held["masked_pairs"] = by_novelty(pm, ym, g, masked_interval)
         result_metrics["held_out"] = {"day": as_of.date().isoformat(), **held}
