@@ -24,6 +24,7 @@ from leap.features.pairs import (
     family_fold,
     pair_training_rows,
     refit_day,
+    shape_training_rows,
 )
 
 CAT = Catalog.default()
@@ -122,6 +123,46 @@ def test_pair_model_learns_a_ratio_that_depends_on_the_shape(model: PairModel) -
     assert back == pytest.approx(-0.6, abs=0.15)
 
 
+def _shape_gap(hw: str, batch_a: int, batch_b: int) -> float:
+    """log_phys(batch B) - log_phys(batch A) of a job on ``hw``."""
+    from leap.features.physics import estimates
+    frame = pd.DataFrame({"hardware": [hw, hw], "trainer_count": [1, 1],
+                          "devices_per_trainer": [8, 8], "batch_size": [batch_a, batch_b],
+                          "num_params": [1e8, 1e8], "flops_per_sample": [5e11, 5e11],
+                          "precision": ["bf16", "bf16"]})
+    phys = estimates(frame, CAT)["log_phys_sps"]
+    return float(phys[1] - phys[0])
+
+
+def test_shape_rows_pair_two_shapes_of_one_family_on_one_type(attempts: pd.DataFrame) -> None:
+    jobs, a_shape, tw = shape_training_rows(attempts, CAT)
+    # 80 families x 3 types, each with two shapes: each ordered pair once.
+    assert len(jobs) == 80 * 3 * 2
+    assert (a_shape[:, 2] != jobs["batch_size"].to_numpy()).all()
+    one = (jobs["family_id"] == "fam-0000").to_numpy() & (jobs["hardware"] == "H100-SXM") \
+        .to_numpy() & (jobs["batch_size"] == 64).to_numpy()
+    # fam-0000 runs batch 16 and 64; on H100 the hidden effect moves from -0.2 to +0.6.
+    assert a_shape[one].tolist() == [[1.0, 8.0, 16.0]]
+    assert tw[one, 0] == pytest.approx([0.8 - _shape_gap("H100-SXM", 16, 64)], abs=0.06)
+
+
+def test_shape_boosters_learn_a_ratio_that_depends_on_the_type(model: PairModel) -> None:
+    assert len(model.shape_boosters) == FOLDS
+
+    def moved(hw: str) -> float:
+        job = Columns.from_request({"family_id": "fam-9999", "model_category": "vision",
+                                    "precision": "bf16", "trainer_count": 1,
+                                    "devices_per_trainer": 8, "batch_size": 128,
+                                    "num_params": 1e8, "flops_per_sample": 5e11}, [hw])
+        return float(model.predict_shapes(job, np.array([[1.0, 8.0, 16.0]]), CAT)[0]) \
+            + _shape_gap(hw, 16, 128)
+
+    # From batch 16 to 128 (both unseen by this family): +0.8 on H100, -0.6 on L4, 0 on A100.
+    assert moved("H100-SXM") == pytest.approx(0.8, abs=0.15)
+    assert moved("L4") == pytest.approx(-0.6, abs=0.15)
+    assert moved("A100-SXM4-80GB") == pytest.approx(0.0, abs=0.15)
+
+
 def test_a_family_never_reads_a_ratio_learned_from_itself(attempts: pd.DataFrame,
                                                           model: PairModel) -> None:
     """Poison one family's outcomes on one type: its own predictions do not move (its
@@ -177,9 +218,16 @@ def test_pair_model_round_trips_through_a_snapshot(tmp_path: Path, attempts: pd.
     snap.save(tmp_path / "snap")
     back = Snapshot.load(tmp_path / "snap")
     assert back.pairs is not None and back.pairs.fingerprint() == model.fingerprint()
-    jobs = attempts.head(6)
+    # Seen configurations, and the same jobs in a shape their families never ran.
+    jobs = pd.concat([attempts.head(6), attempts.head(6).assign(batch_size=128)])
     spec = FeatureSpec(names=FEATURE_NAMES, vocab=FeatureSpec.fit(attempts, CAT).vocab)
-    np.testing.assert_array_equal(encode(jobs, snap, CAT, spec), encode(jobs, back, CAT, spec))
+    X = encode(jobs, snap, CAT, spec)
+    np.testing.assert_array_equal(X, encode(jobs, back, CAT, spec))
+    shape_r = X[:, FEATURE_NAMES.index("xfer_s_r")]
+    assert np.isnan(shape_r[:6]).all() and np.isfinite(shape_r[6:]).all()
+    # A new shape's base margin starts from the shape estimate.
+    hist = X[:, FEATURE_NAMES.index("hist_est")] - X[:, FEATURE_NAMES.index("log_phys_sps")]
+    np.testing.assert_allclose(hist[6:], shape_r[6:])
     (tmp_path / "snap" / "pairs_1.txt").write_text("not a model")
     with pytest.raises(ArtifactError, match="pair model"):
         Snapshot.load(tmp_path / "snap")

@@ -145,6 +145,39 @@ def test_pair_estimate_reads_the_targets_vendor_first_and_takes_the_median() -> 
     assert out["xfer_n_types"].tolist() == [4, 4, 2, 2]
 
 
+class _ShapeStep(_NoRatio):
+    """Shape boosters that add 0.5 to any move between shapes."""
+
+    shape_boosters = [None]
+
+    def predict_shapes(self, jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
+                       job: np.ndarray | None = None) -> np.ndarray:
+        return np.full(len(a_shape), 0.5)
+
+
+def test_shape_estimate_reads_the_nearest_shapes_the_family_ran_on_the_type() -> None:
+    shapes = pd.DataFrame(
+        [("f", "H100-SXM", "1/8/16", 0.1), ("f", "H100-SXM", "1/8/32", 0.2),
+         ("f", "H100-SXM", "1/8/64", 0.4), ("f", "H100-SXM", "8/8/64", 1.0),
+         ("f", "L4", "1/8/128", 5.0)],
+        columns=["family_id", "hardware", "shape", "fam_hw_shape_med_r"])
+    fam_hw = pd.DataFrame({"family_id": "f", "hardware": ["H100-SXM", "L4"],
+                           "fam_hw_med_r": 0.0, "fam_hw_med_y": 2.0})
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    idx = TransferIndex(fam_hw, empty, _ShapeStep(), shapes)  # type: ignore[arg-type]
+    hw = ["H100-SXM", "H100-SXM", "L4", "T4"]
+    batch = [128, 16, 64, 64]
+    keys = _keys("f", 4) | {"shape": np.array([f"1/8/{b}" for b in batch], dtype=object)}
+    jobs = Columns.from_frame(pd.DataFrame({"family_id": "f", "hardware": hw,
+                                            "trainer_count": 1, "devices_per_trainer": 8,
+                                            "batch_size": batch}))
+    out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(4, 3.0), jobs)
+    # Batch 128 on H100: the three nearest shapes (64, 32, 16; not 8 trainers), median 0.2,
+    # moved by 0.5. Batch 16 there is a shape it ran: no estimate. On L4 its one shape; on
+    # T4, where it never ran, none.
+    np.testing.assert_allclose(out["xfer_s_r"], [0.7, np.nan, 5.5, np.nan])
+
+
 def test_novelty_groups_follow_the_history_of_each_row() -> None:
     pos = {n: i for i, n in enumerate(FEATURE_NAMES)}
     X = np.full((4, len(FEATURE_NAMES)), np.nan)

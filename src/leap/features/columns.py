@@ -75,7 +75,11 @@ class Columns:
 
     def with_hardware(self, hardware: np.ndarray) -> Columns:
         """The same rows on the types in ``hardware`` (one per row)."""
-        return Columns({**self._arrays, "hardware": np.asarray(hardware, dtype=object)}, self.n)
+        return self.replace({"hardware": np.asarray(hardware, dtype=object)})
+
+    def replace(self, arrays: Mapping[str, np.ndarray]) -> Columns:
+        """The same rows with the columns in ``arrays`` (one value per row) replaced."""
+        return Columns({**self._arrays, **arrays}, self.n)
 
     def codes(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's index among the distinct combinations of the columns ``names`` (absent

@@ -25,7 +25,7 @@ from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
 
-FEATURE_VERSION = 7
+FEATURE_VERSION = 8
 
 #: Columns a serving request must be able to supply (everything else is optional).
 REQUEST_COLUMNS: tuple[str, ...] = ("family_id", "model_type", "trainer_count", "batch_size",
@@ -44,11 +44,12 @@ CATEGORICAL: tuple[str, ...] = ("hardware", "vendor", "precision", "model_catego
 HARDWARE_SPEC_FEATURES: tuple[str, ...] = _HW
 
 # Residual estimates in order of specificity: the first one with history gives `hist_est`.
-# "xfer" is the family's level on the types it ran on, carried to this one
-# (:mod:`leap.features.transfer`): by the pair model where the snapshot has one, else by the
-# transfer tables.
-_RESIDUAL_PRIORITY = ("fam_hw_shape", "fam_hw_tc", "fam_hw", "xfer", "fam_shape", "fam_vendor",
-                      "fam", "mt_hw", "mt")
+# "xfer_s" is the family's level in the shapes it ran on this type, carried to this shape by
+# the pair model's shape boosters; "xfer" is the family's level on the types it ran on,
+# carried to this one (:mod:`leap.features.transfer`): by the pair model where the snapshot
+# has one, else by the transfer tables.
+_RESIDUAL_PRIORITY = ("fam_hw_shape", "xfer_s", "fam_hw_tc", "fam_hw", "xfer", "fam_shape",
+                      "fam_vendor", "fam", "mt_hw", "mt")
 #: Novelty groups of a (job, type) row, judged on the history before it (spec.md 5b).
 NOVELTY_GROUPS: tuple[str, ...] = ("seen_config", "seen_pair_new_shape", "unobserved_pair_1",
                                    "unobserved_pair_2", "unobserved_pair_3plus", "new_family")
@@ -216,7 +217,8 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
     level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
         r = np.where(np.isfinite(cols["xfer_p_r"]), cols["xfer_p_r"], cols["xfer_r"]) \
-            if name == "xfer" else cols[f"{name}_med_r"]
+            if name == "xfer" else cols["xfer_s_r"] if name == "xfer_s" else \
+            cols[f"{name}_med_r"]
         take = np.isnan(best) & np.isfinite(r)
         best[take] = r[take]
         level_used[take] = rank

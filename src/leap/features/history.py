@@ -205,7 +205,7 @@ class Snapshot:
         """Cross-type transfer of each family's level (built on first use)."""
         if self._transfer is None:
             self._transfer = TransferIndex(self.tables["fam_hw"], self.tables[TRANSFER],
-                                           self.pairs)
+                                           self.pairs, self.tables["fam_hw_shape"])
         return self._transfer
 
     def n_keys(self) -> dict[str, int]:

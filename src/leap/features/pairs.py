@@ -1,4 +1,5 @@
-"""The pair model: how one job's throughput on type B compares with its throughput on type A.
+"""The pair model: how one job's throughput on type B compares with its throughput on type A,
+and how a family's new shape on a type compares with the shapes it ran there.
 
 That ratio depends on the job's shape as much as on the two spec sheets: a compute-bound job
 gets a faster device's FLOP/s, a memory-bound one its bandwidth, a small batch per device
@@ -10,6 +11,15 @@ throughput each, paired within the group. Its target is ``r(B) - r(A)``, the log
 beyond the physics estimate's ratio, so with no evidence it falls back to physics; its
 features are the job's shape, its physics estimates on both types and their spec ratios,
 never the type names, so a type it never saw in a pair is read through its specs.
+
+Its second part, the shape boosters, learn the other direction of a configuration pair: one
+family on one type, two shapes (trainers, devices per trainer, batch: the shape of history's
+keys), target ``r(B) - r(A)`` again, features both shapes, their physics estimates, the
+type's specs and the job's public columns. A family that changes its trainers or batch on a
+type it knows is then carried from the shapes it ran there (``xfer_s_r`` in
+:mod:`leap.features.transfer`), not from the family's median over every shape: on the
+default fleet's held-out day such attempts went from 61% within ±20% to the shape
+estimate's 74% in the prototype (see the closing note of issue 10).
 
 Cross-fitting: families fall in :data:`FOLDS` halves by a hash of their id, each half's rows
 are predicted by the booster trained on the other half only, in training and in serving
@@ -63,6 +73,18 @@ PAIR_FEATURES: tuple[str, ...] = (
     *(f"d_{k}" for k in _PHYS_DIFF), *(f"{s}_{k}" for k in _PHYS_BOTH for s in ("a", "b")),
     "d_peak", "a_peak", *(f"{s}_{k}" for k in _SPECS for s in ("d", "a")),
     *(f"log_{c}" for c in _LOG_JOB), *_RAW_JOB, "log_batch_per_device", *CATEGORICAL)
+#: A configuration's shape, as history keys it (:func:`leap.features.history.shape_keys`).
+SHAPE_COLUMNS = ("trainer_count", "devices_per_trainer", "batch_size")
+_SHAPE_LOGS = ("log_trainers", "log_devices_per_trainer", "log_batch", "log_batch_per_device")
+_SHAPE_PHYS = ("log_phys_sps", "log_compute_sps", "log_weight_stream_sps", "comm_to_compute",
+               "mem_fit")
+_SHAPE_JOB = ("num_params", "flops_per_sample", "embedding_params", "hidden_dim", "seq_len")
+SHAPE_CATEGORICAL = ("vendor", "precision", "model_category")
+SHAPE_FEATURES: tuple[str, ...] = (
+    *(f"{s}_{k}" for k in (*_SHAPE_LOGS, *_SHAPE_PHYS) for s in ("a", "b")),
+    *(f"d_{k}" for k in (*_SHAPE_LOGS, *_SHAPE_PHYS[:3])), "peak",
+    *(f"hw_{k}" for k in _SPECS), *(f"log_{c}" for c in _SHAPE_JOB),
+    "tensor_parallel", "pipeline_parallel", "num_layers", *SHAPE_CATEGORICAL)
 #: Configurations paired per fit at most (a seeded sample beyond it keeps the fit short).
 MAX_PAIRS = 200_000
 #: Days between refits of the pair model (see the module docstring).
@@ -151,6 +173,86 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
     return np.where(np.isfinite(X), X, np.nan)
 
 
+def _shape_logs(on: Columns) -> dict[str, np.ndarray]:
+    tc, dpt, bs = (np.maximum(np.nan_to_num(on.num(c), nan=1.0), 1.0) for c in SHAPE_COLUMNS)
+    return {"log_trainers": np.log(tc), "log_devices_per_trainer": np.log(dpt),
+            "log_batch": np.log(bs), "log_batch_per_device": np.log(bs / dpt)}
+
+
+def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
+                 vocab: dict[str, list[str]], job: np.ndarray | None = None) -> np.ndarray:
+    """Features (:data:`SHAPE_FEATURES`) of each job moving from shape ``a_shape[i]``
+    (trainers, devices per trainer, batch; -1 or NaN = missing) to its own shape on its own
+    type; row ``i`` is job ``job[i]`` of ``jobs`` (default: row ``i``)."""
+    n = len(a_shape)
+    job = np.arange(n) if job is None else np.asarray(job, dtype=np.int64)
+    on_b = jobs.take(job)
+    a = np.where(np.asarray(a_shape, dtype=np.float64) > 0, a_shape, np.nan)
+    on_a = on_b.replace({c: a[:, i] for i, c in enumerate(SHAPE_COLUMNS)})
+    f: dict[str, np.ndarray] = {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for s, on in (("a", on_a), ("b", on_b)):
+            f.update({f"{s}_{k}": v for k, v in _shape_logs(on).items()})
+            est = _phys_r(on, catalog)
+            f.update({f"{s}_{k}": est[k] for k in _SHAPE_PHYS})
+        for k in (*_SHAPE_LOGS, *_SHAPE_PHYS[:3]):
+            f[f"d_{k}"] = f[f"b_{k}"] - f[f"a_{k}"]
+        hardware = on_b.obj("hardware")
+        specs = hardware_specs(catalog, hardware)
+        f["peak"] = np.log(peak_flops(on_b.obj("precision"), specs))
+        for k in _SPECS:
+            f[f"hw_{k}"] = np.log(specs[k])
+        for c in _SHAPE_JOB:
+            f[f"log_{c}"] = np.log(on_b.num(c))
+    for c in ("tensor_parallel", "pipeline_parallel", "num_layers"):
+        f[c] = on_b.num(c)
+    f["vendor"] = _codes([catalog[h].vendor if h in catalog else None for h in hardware],
+                         vocab["vendor"])
+    f["precision"] = _codes(on_b.obj("precision"), vocab["precision"])
+    f["model_category"] = _codes(on_b.obj("model_category"), vocab["model_category"])
+    X = np.column_stack([f[name] for name in SHAPE_FEATURES])
+    return np.where(np.isfinite(X), X, np.nan)
+
+
+def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
+                        max_pairs: int = MAX_PAIRS, seed: int = 0
+                        ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """``(jobs, shape A, r(B) - r(A) and weight)`` of every two shapes one family ran on one
+    type (one row per ordered pair; ``jobs`` are shape B's columns, with ``hardware``).
+
+    ``attempts`` are succeeded attempts with a positive ``throughput``. Each (family, type,
+    shape) group is its median log throughput over its physics estimate (the other job
+    columns: the group's first row); weights are the square root of the smaller group's
+    attempt count.
+    """
+    ok = attempts[attempts["hardware"].isin(list(catalog))]
+    cols = [c for c in JOB_FEATURE_COLUMNS if c in ok.columns and c not in SHAPE_COLUMNS]
+    frame = ok[[*cols, "hardware"]].copy()
+    for c in SHAPE_COLUMNS:
+        frame[c] = pd.to_numeric(ok[c], errors="coerce").fillna(-1.0) if c in ok.columns \
+            else -1.0
+    frame["y"] = np.log(ok["throughput"].to_numpy(dtype=np.float64))
+    keys = ["family_id", "hardware", *SHAPE_COLUMNS]
+    others = {c: (c, "first") for c in cols if c not in keys}
+    groups = frame.groupby(keys, sort=True).agg(y=("y", "median"), n=("y", "size"),
+                                                **others).reset_index()
+    groups["r"] = groups["y"] - _phys_r(Columns.from_frame(groups), catalog)["log_phys_sps"]
+    pairs = groups.merge(groups[[*keys, "r", "n"]], on=["family_id", "hardware"],
+                         suffixes=("", "_a"))
+    differ = np.zeros(len(pairs), dtype=bool)
+    for c in SHAPE_COLUMNS:
+        differ |= (pairs[c] != pairs[f"{c}_a"]).to_numpy()
+    pairs = pairs[differ].reset_index(drop=True)
+    if len(pairs) > max_pairs:
+        keep = np.sort(np.random.default_rng(seed).choice(len(pairs), max_pairs, replace=False))
+        pairs = pairs.iloc[keep].reset_index(drop=True)
+    jobs = pairs[[*cols, *SHAPE_COLUMNS, "hardware"]]
+    a_shape = pairs[[f"{c}_a" for c in SHAPE_COLUMNS]].to_numpy(dtype=np.float64)
+    target = (pairs["r"] - pairs["r_a"]).to_numpy()
+    weight = np.sqrt(np.minimum(pairs["n"], pairs["n_a"]).to_numpy(dtype=np.float64))
+    return jobs, a_shape, np.column_stack([target, weight])
+
+
 def _codes(values: object, vocab: list[str]) -> np.ndarray:
     pos = {v: float(i) for i, v in enumerate(vocab)}
     return np.array([pos.get(v, np.nan) if isinstance(v, str) else np.nan
@@ -201,10 +303,15 @@ class PairModel:
     True
     """
 
-    def __init__(self, boosters: list[lgb.Booster], vocab: dict[str, list[str]]) -> None:
-        if len(boosters) != FOLDS:
-            raise ArtifactError(f"the pair model needs {FOLDS} boosters, got {len(boosters)}")
+    def __init__(self, boosters: list[lgb.Booster], vocab: dict[str, list[str]],
+                 shape_boosters: list[lgb.Booster] | None = None) -> None:
+        shape_boosters = shape_boosters or []
+        for name, got in (("pair", boosters), ("shape", shape_boosters)):
+            if len(got) not in ((FOLDS,) if name == "pair" else (0, FOLDS)):
+                raise ArtifactError(f"the pair model needs {FOLDS} {name} boosters, "
+                                    f"got {len(got)}")
         self.boosters = boosters
+        self.shape_boosters = shape_boosters
         self.vocab = vocab
         self._texts: list[str] | None = None
 
@@ -213,55 +320,54 @@ class PairModel:
             params: PairParams | None = None) -> PairModel | None:
         """Train on ``attempts`` (succeeded, positive throughput); ``None`` when a half of
         the families has fewer than 50 pairs to learn from (the transfer tables alone serve).
+        The shape boosters are left out where a half has fewer than 50 shape pairs.
         """
         p = params or PairParams()
         if attempts.empty:
             return None
         jobs, hw_a, hw_b, tw = pair_training_rows(attempts, catalog, seed=p.seed)
-        ok = np.isfinite(tw[:, 0])
         vocab = {"vendor": sorted({catalog[n].vendor for n in catalog}),
                  "precision": list(PRECISIONS),
-                 "model_category": sorted({str(c) for c in jobs.get("model_category", [])
+                 "model_category": sorted({str(c) for c in attempts.get("model_category", [])
                                            if isinstance(c, str)})}
         X = pair_matrix(Columns.from_frame(jobs), hw_a, hw_b, catalog, vocab)
-        fold = family_fold(jobs["family_id"].to_numpy()) if len(jobs) else np.empty(0, np.int64)
-        boosters = []
-        for k in range(FOLDS):
-            train = ok & (fold != k)
-            if train.sum() < 50:
-                return None
-            data = lgb.Dataset(X[train], label=tw[train, 0], weight=tw[train, 1],
-                               feature_name=list(PAIR_FEATURES),
-                               categorical_feature=list(CATEGORICAL),
-                               params={"max_bin": p.max_bin, "verbosity": -1})
-            boosters.append(lgb.train(p.lgb_params(), data, num_boost_round=p.rounds)
-                            .free_dataset())
-        return cls(boosters, vocab)
+        boosters = _fit_halves(X, tw, jobs["family_id"].to_numpy(), PAIR_FEATURES, CATEGORICAL,
+                               p)
+        if boosters is None:
+            return None
+        s_jobs, a_shape, s_tw = shape_training_rows(attempts, catalog, seed=p.seed)
+        shapes = _fit_halves(shape_matrix(Columns.from_frame(s_jobs), a_shape, catalog, vocab),
+                             s_tw, s_jobs["family_id"].to_numpy(), SHAPE_FEATURES,
+                             SHAPE_CATEGORICAL, p)
+        return cls(boosters, vocab, shapes)
 
     def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray,
                 catalog: Catalog, job: np.ndarray | None = None) -> np.ndarray:
         """``r(B) - r(A)`` of each job from ``hw_a`` to ``hw_b`` (row ``i`` is job ``job[i]``
         of ``jobs``, default row ``i``), by the booster of the other half of the families
         (see the module docstring)."""
-        out = np.zeros(len(hw_a))
         if len(hw_a) == 0:
-            return out
+            return np.zeros(0)
         job = np.arange(len(hw_a)) if job is None else np.asarray(job, dtype=np.int64)
-        X = pair_matrix(jobs, hw_a, hw_b, catalog, self.vocab, job)
-        fold = family_fold(jobs.obj("family_id"))[job]
-        for k in range(FOLDS):
-            rows = np.flatnonzero(fold == k)
-            if len(rows):
-                # Booster k was trained on every half but k.
-                # Waking OpenMP threads costs more than a launch-time request's rows.
-                out[rows] = self.boosters[k].predict(
-                    X[rows], num_threads=1 if len(rows) < 2000 else 0)
-        return out
+        return _by_halves(self.boosters, pair_matrix(jobs, hw_a, hw_b, catalog, self.vocab, job),
+                          family_fold(jobs.obj("family_id"))[job])
+
+    def predict_shapes(self, jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
+                       job: np.ndarray | None = None) -> np.ndarray:
+        """``r(B) - r(A)`` of each job from shape ``a_shape[i]`` to its own shape on its own
+        type (row ``i`` is job ``job[i]``), cross-fitted like :meth:`predict`; NaN without
+        shape boosters."""
+        if not self.shape_boosters or len(a_shape) == 0:
+            return np.full(len(a_shape), np.nan)
+        job = np.arange(len(a_shape)) if job is None else np.asarray(job, dtype=np.int64)
+        return _by_halves(self.shape_boosters,
+                          shape_matrix(jobs, a_shape, catalog, self.vocab, job),
+                          family_fold(jobs.obj("family_id"))[job])
 
     # Persistence (inside the snapshot of a model artifact) ----------------------------
     def texts(self) -> list[str]:
         if self._texts is None:
-            self._texts = [b.model_to_string() for b in self.boosters]
+            self._texts = [b.model_to_string() for b in (*self.boosters, *self.shape_boosters)]
         return self._texts
 
     def fingerprint(self) -> str:
@@ -273,12 +379,16 @@ class PairModel:
     def save(self, directory: Path) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         paths = []
-        for k, text in enumerate(self.texts()):
-            path = directory / f"pairs_{k}.txt"
+        names = [*(f"pairs_{k}.txt" for k in range(FOLDS)),
+                 *(f"shapes_{k}.txt" for k in range(len(self.shape_boosters)))]
+        for name, text in zip(names, self.texts(), strict=True):
+            path = directory / name
             path.write_text(text)
             paths.append(path)
         meta = directory / "pairs.json"
-        meta.write_text(json.dumps({"features": list(PAIR_FEATURES), "vocab": self.vocab}))
+        meta.write_text(json.dumps({"features": list(PAIR_FEATURES), "vocab": self.vocab,
+                                    "shape_features": list(SHAPE_FEATURES),
+                                    "shape_boosters": len(self.shape_boosters)}))
         return [*paths, meta]
 
     @classmethod
@@ -289,14 +399,47 @@ class PairModel:
             return None
         try:
             info = json.loads(meta.read_text())
-            if tuple(info["features"]) != PAIR_FEATURES:
+            if tuple(info["features"]) != PAIR_FEATURES or \
+                    tuple(info["shape_features"]) != SHAPE_FEATURES:
                 raise ArtifactError(f"the pair model in {directory} was trained on other "
                                     "features; retrain with this leap version")
-            boosters = [lgb.Booster(model_str=(directory / f"pairs_{k}.txt").read_text())
-                        for k in range(FOLDS)]
-            return cls(boosters, {k: list(v) for k, v in info["vocab"].items()})
+            boosters, shapes = ([lgb.Booster(model_str=(directory / f"{kind}_{k}.txt")
+                                             .read_text()) for k in range(count)]
+                                for kind, count in (("pairs", FOLDS),
+                                                    ("shapes", int(info["shape_boosters"]))))
+            return cls(boosters, {k: list(v) for k, v in info["vocab"].items()}, shapes)
         except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as exc:
             raise ArtifactError(f"the pair model in {directory} is unreadable: {exc}") from None
+
+
+def _fit_halves(X: np.ndarray, tw: np.ndarray, family_id: np.ndarray, names: tuple[str, ...],
+                categorical: tuple[str, ...], p: PairParams) -> list[lgb.Booster] | None:
+    """One booster per family half, each on the other halves' rows with a finite target;
+    ``None`` when a half has fewer than 50 rows to learn from."""
+    ok = np.isfinite(tw[:, 0])
+    fold = family_fold(family_id) if len(family_id) else np.empty(0, np.int64)
+    boosters = []
+    for k in range(FOLDS):
+        train = ok & (fold != k)
+        if train.sum() < 50:
+            return None
+        data = lgb.Dataset(X[train], label=tw[train, 0], weight=tw[train, 1],
+                           feature_name=list(names), categorical_feature=list(categorical),
+                           params={"max_bin": p.max_bin, "verbosity": -1})
+        boosters.append(lgb.train(p.lgb_params(), data, num_boost_round=p.rounds)
+                        .free_dataset())
+    return boosters
+
+
+def _by_halves(boosters: list[lgb.Booster], X: np.ndarray, fold: np.ndarray) -> np.ndarray:
+    """Each row predicted by the booster of its family's half (trained on the others)."""
+    out = np.zeros(len(X))
+    for k in range(FOLDS):
+        rows = np.flatnonzero(fold == k)
+        if len(rows):
+            # Waking OpenMP threads costs more than a launch-time request's rows.
+            out[rows] = boosters[k].predict(X[rows], num_threads=1 if len(rows) < 2000 else 0)
+    return out
 
 
 def refit_day(t: datetime) -> datetime:

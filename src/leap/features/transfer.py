@@ -32,7 +32,7 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.features.columns import SMALL, Columns
-from leap.features.pairs import JOB_FEATURE_COLUMNS, PairModel
+from leap.features.pairs import JOB_FEATURE_COLUMNS, SHAPE_COLUMNS, PairModel
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0
@@ -45,7 +45,7 @@ TRANSFER_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("all", ("precision",)), ("cat", ("model_category", "precision")), ("mt", ("model_type",)))
 #: Names of the arrays :meth:`TransferIndex.features` returns, in feature order.
 TRANSFER_FEATURES = ("xfer_r", "xfer_n_types", "xfer_pair_n", "xfer_sd", "xfer_dist",
-                     "xfer_gamma", "xfer_d_r", "xfer_g_r", "xfer_p_r", "xfer_p_sd")
+                     "xfer_gamma", "xfer_d_r", "xfer_g_r", "xfer_p_r", "xfer_p_sd", "xfer_s_r")
 #: Model-type families-worth of pair evidence at which the pair differences and the gain share
 #: weigh alike in ``xfer_r``.
 BLEND_FAMILIES = 5.0
@@ -54,6 +54,9 @@ BLEND_FAMILIES = 5.0
 #: a few hundred pair rows at most. Types of the target's own vendor come first (see
 #: :meth:`TransferIndex.features`).
 PAIR_NEAREST = 4
+#: Shapes the family ran on the target type, nearest to the job's own first, that
+#: ``xfer_s_r`` carries from.
+SHAPE_NEAREST = 3
 
 
 def _texts(values: pd.Series) -> np.ndarray:
@@ -65,7 +68,8 @@ class TransferIndex:
     """Dense arrays of one snapshot: family x type levels and the type x type differences."""
 
     def __init__(self, fam_hw: pd.DataFrame, transfer: pd.DataFrame,
-                 pairs: PairModel | None = None) -> None:
+                 pairs: PairModel | None = None, fam_hw_shape: pd.DataFrame | None = None
+                 ) -> None:
         self.pairs = pairs
         # Object arrays: iterating pandas' Arrow-backed strings costs a call per element.
         fam_ids = _texts(fam_hw["family_id"])
@@ -120,6 +124,26 @@ class TransferIndex:
             self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
         self._specs: tuple[int, np.ndarray] | None = None
         self._vendor: tuple[int, np.ndarray] | None = None
+        self._shapes = self._shape_table(fam_hw_shape, fams, hw_index, n_hw)
+
+    @staticmethod
+    def _shape_table(table: pd.DataFrame | None, fams: pd.Index, hw_index: pd.Index,
+                     n_hw: int) -> dict[str, np.ndarray]:
+        """The family x type x shape levels, sorted by (family, type): each group's shapes
+        are ``[start, end)`` of ``key`` (``family * n_hw + type``), with their text, parsed
+        shape (trainers, devices per trainer, batch; -1 = missing) and residual."""
+        if table is None or table.empty:
+            return {"key": np.empty(0, np.int64)}
+        fi = fams.get_indexer(_texts(table["family_id"]))
+        hi = hw_index.get_indexer(_texts(table["hardware"]))
+        text = _texts(table["shape"])
+        keep = (fi >= 0) & (hi >= 0)
+        key = fi[keep] * n_hw + hi[keep]
+        order = np.argsort(key, kind="stable")
+        parsed = pd.Series(text[keep]).str.split("/", expand=True).astype(np.float64)
+        return {"key": key[order], "text": text[keep][order],
+                "shape": parsed.to_numpy()[order],
+                "r": table["fam_hw_shape_med_r"].to_numpy(dtype=np.float64)[keep][order]}
 
     def warm(self) -> None:
         if self._fam_small is None:
@@ -259,7 +283,48 @@ class TransferIndex:
             nearest[np.arange(len(rows))[:, None], near] = True
             self._pair_features(self.pairs, out, rows, prefer & nearest, level, jobs, hardware,
                                 catalog)
+            if "shape" in keys:
+                self._shape_features(self.pairs, out, rows, f * (virtual + 1) + b,
+                                     keys["shape"], jobs, catalog)
         return out
+
+    def _shape_features(self, pairs: PairModel, out: dict[str, np.ndarray], rows: np.ndarray,
+                        group: np.ndarray, shape: np.ndarray, jobs: Columns,
+                        catalog: Catalog) -> None:
+        """``xfer_s_r``: for a row whose family ran on its type but never in its shape, the
+        family's residual in each of the :data:`SHAPE_NEAREST` shapes nearest to its own
+        that it ran there, carried to its shape by the shape boosters; their median."""
+        table = self._shapes
+        if not pairs.shape_boosters or len(table["key"]) == 0:
+            return
+        start = np.searchsorted(table["key"], group, side="left")
+        count = np.searchsorted(table["key"], group, side="right") - start
+        r = np.repeat(np.arange(len(rows)), count)
+        cand = start[r] + np.arange(len(r)) - np.repeat(np.cumsum(count) - count, count)
+        own = table["text"][cand] == shape[rows][r]
+        ran_it = np.bincount(r[own], minlength=len(rows)) > 0  # a seen configuration
+        keep = ~own & ~ran_it[r]
+        r, cand = r[keep], cand[keep]
+        if len(r) == 0:
+            return
+        on = jobs.take(rows)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            b_shape = np.column_stack([np.log(np.maximum(np.nan_to_num(on.num(c), nan=1.0), 1.0))
+                                       for c in SHAPE_COLUMNS])
+            dist = np.abs(np.log(np.maximum(table["shape"][cand], 1.0)) - b_shape[r]).sum(axis=1)
+        order = np.lexsort((dist, r))
+        r, cand = r[order], cand[order]
+        first = np.searchsorted(r, r, side="left")
+        near = np.arange(len(r)) - first < SHAPE_NEAREST
+        r, cand = r[near], cand[near]
+        # One prediction per distinct (job, shape it moves from).
+        job, rep = on.codes(JOB_FEATURE_COLUMNS)
+        _, uniq, inv = np.unique(job[r] * len(table["key"]) + cand, return_index=True,
+                                 return_inverse=True)
+        ratio = pairs.predict_shapes(on, table["shape"][cand[uniq]], catalog,
+                                     job=rep[job[r[uniq]]])[inv]
+        has, med, _ = _row_median(r, table["r"][cand] + ratio, len(rows))
+        out["xfer_s_r"][rows[has]] = med[has]
 
     def _pair_features(self, pairs: PairModel, out: dict[str, np.ndarray], rows: np.ndarray,
                        seen: np.ndarray, level: np.ndarray, jobs: Columns,
@@ -279,12 +344,23 @@ class TransferIndex:
         names = np.asarray(self.hardware, dtype=object)
         ratio = pairs.predict(on, names[a[first]], hardware[rows[r[first]]], catalog,
                               job=rep[job[r[first]]])[inv]
-        est = level[r, a] + ratio
-        # One row's estimates side by side (``r`` is sorted, at most PAIR_NEAREST a row).
-        n = np.bincount(r, minlength=len(rows))
-        slot = np.arange(len(r)) - np.concatenate([[0], np.cumsum(n)[:-1]])[r]
-        by_row = np.full((len(rows), int(n.max())), np.nan)
-        by_row[r, slot] = est
-        has = n > 0
-        out["xfer_p_r"][rows[has]] = np.nanmedian(by_row[has], axis=1)
-        out["xfer_p_sd"][rows[has]] = np.nanstd(by_row[has], axis=1)
+        has, med, sd = _row_median(r, level[r, a] + ratio, len(rows))
+        out["xfer_p_r"][rows[has]] = med[has]
+        out["xfer_p_sd"][rows[has]] = sd[has]
+
+
+def _row_median(r: np.ndarray, est: np.ndarray, n_rows: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``n_rows``: whether it has estimates, their median and spread (``r``:
+    each estimate's row, sorted; a few estimates a row)."""
+    n = np.bincount(r, minlength=n_rows)
+    has = n > 0
+    if not has.any():
+        return has, np.full(n_rows, np.nan), np.full(n_rows, np.nan)
+    slot = np.arange(len(r)) - (np.cumsum(n) - n)[r]
+    by_row = np.full((n_rows, int(n.max())), np.nan)
+    by_row[r, slot] = est
+    med, sd = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
+    med[has] = np.nanmedian(by_row[has], axis=1)
+    sd[has] = np.nanstd(by_row[has], axis=1)
+    return has, med, sd
