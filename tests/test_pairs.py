@@ -30,7 +30,7 @@ from leap.features.pairs import (
 CAT = Catalog.default()
 TYPES = ("A100-SXM4-80GB", "H100-SXM", "L4")
 AS_OF = datetime(2026, 1, 20, tzinfo=UTC)
-FAST = PairParams(rounds=150, num_leaves=7, min_data_in_leaf=5)
+FAST = PairParams(rounds=150, shape_rounds=150, num_leaves=7, min_data_in_leaf=5)
 
 
 def _ratio(hw: str, batch: np.ndarray) -> np.ndarray:

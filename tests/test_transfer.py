@@ -148,7 +148,7 @@ def test_pair_estimate_reads_the_targets_vendor_first_and_takes_the_median() -> 
 class _ShapeStep(_NoRatio):
     """Shape boosters that add 0.5 to any move between shapes."""
 
-    shape_boosters = [None]
+    shape_boosters = (None,)
 
     def predict_shapes(self, jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
                        job: np.ndarray | None = None) -> np.ndarray:

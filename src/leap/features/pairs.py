@@ -100,6 +100,9 @@ class PairParams:
     physics ratio needs few, shallow-ish trees; see the closing notes of issue 10)."""
 
     rounds: int = 200
+    #: The shape boosters' rounds: on the default fleet's held-out day 100 rounds carried new
+    #: shapes within 0.2 points of 200 (72.4% vs 72.6%) at half the fitting time.
+    shape_rounds: int = 100
     num_leaves: int = 63
     learning_rate: float = 0.1
     min_data_in_leaf: int = 20
@@ -332,13 +335,13 @@ class PairModel:
                                            if isinstance(c, str)})}
         X = pair_matrix(Columns.from_frame(jobs), hw_a, hw_b, catalog, vocab)
         boosters = _fit_halves(X, tw, jobs["family_id"].to_numpy(), PAIR_FEATURES, CATEGORICAL,
-                               p)
+                               p, p.rounds)
         if boosters is None:
             return None
         s_jobs, a_shape, s_tw = shape_training_rows(attempts, catalog, seed=p.seed)
         shapes = _fit_halves(shape_matrix(Columns.from_frame(s_jobs), a_shape, catalog, vocab),
                              s_tw, s_jobs["family_id"].to_numpy(), SHAPE_FEATURES,
-                             SHAPE_CATEGORICAL, p)
+                             SHAPE_CATEGORICAL, p, p.shape_rounds)
         return cls(boosters, vocab, shapes)
 
     def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray,
@@ -413,7 +416,8 @@ class PairModel:
 
 
 def _fit_halves(X: np.ndarray, tw: np.ndarray, family_id: np.ndarray, names: tuple[str, ...],
-                categorical: tuple[str, ...], p: PairParams) -> list[lgb.Booster] | None:
+                categorical: tuple[str, ...], p: PairParams, rounds: int
+                ) -> list[lgb.Booster] | None:
     """One booster per family half, each on the other halves' rows with a finite target;
     ``None`` when a half has fewer than 50 rows to learn from."""
     ok = np.isfinite(tw[:, 0])
@@ -426,7 +430,7 @@ def _fit_halves(X: np.ndarray, tw: np.ndarray, family_id: np.ndarray, names: tup
         data = lgb.Dataset(X[train], label=tw[train, 0], weight=tw[train, 1],
                            feature_name=list(names), categorical_feature=list(categorical),
                            params={"max_bin": p.max_bin, "verbosity": -1})
-        boosters.append(lgb.train(p.lgb_params(), data, num_boost_round=p.rounds)
+        boosters.append(lgb.train(p.lgb_params(), data, num_boost_round=rounds)
                         .free_dataset())
     return boosters
 
