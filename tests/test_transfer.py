@@ -146,13 +146,14 @@ def test_pair_estimate_reads_the_targets_vendor_first_and_takes_the_median() -> 
 
 
 class _ShapeStep(_NoRatio):
-    """Shape boosters that add 0.5 to any move between shapes."""
+    """Shape boosters that add 0.5 to any move between shapes, -0.5 on an L4."""
 
     shape_boosters = (None,)
 
     def predict_shapes(self, jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
                        job: np.ndarray | None = None) -> np.ndarray:
-        return np.full(len(a_shape), 0.5)
+        on = jobs.take(np.arange(len(a_shape)) if job is None else job)
+        return np.where(on.obj("hardware") == "L4", -0.5, 0.5)
 
 
 def test_shape_estimate_reads_the_nearest_shapes_the_family_ran_on_the_type() -> None:
@@ -165,17 +166,23 @@ def test_shape_estimate_reads_the_nearest_shapes_the_family_ran_on_the_type() ->
                            "fam_hw_med_r": 0.0, "fam_hw_med_y": 2.0})
     empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
     idx = TransferIndex(fam_hw, empty, _ShapeStep(), shapes)  # type: ignore[arg-type]
-    hw = ["H100-SXM", "H100-SXM", "L4", "T4"]
-    batch = [128, 16, 64, 64]
-    keys = _keys("f", 4) | {"shape": np.array([f"1/8/{b}" for b in batch], dtype=object)}
+    hw = ["H100-SXM", "H100-SXM", "L4", "T4", "L4", "H100-SXM"]
+    batch = [128, 16, 64, 64, 256, 256]
+    keys = _keys("f", 6) | {"shape": np.array([f"1/8/{b}" for b in batch], dtype=object)}
     jobs = Columns.from_frame(pd.DataFrame({"family_id": "f", "hardware": hw,
                                             "trainer_count": 1, "devices_per_trainer": 8,
                                             "batch_size": batch}))
-    out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(4, 3.0), jobs)
+    out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(6, 3.0), jobs)
     # Batch 128 on H100: the three nearest shapes (64, 32, 16; not 8 trainers), median 0.2,
-    # moved by 0.5. Batch 16 there is a shape it ran: no estimate. On L4 its one shape; on
-    # T4, where it never ran, none.
-    np.testing.assert_allclose(out["xfer_s_r"], [0.7, np.nan, 5.5, np.nan])
+    # moved by 0.5. Batch 16 there is a shape it ran: no estimate. On L4 its one shape, moved
+    # by -0.5; on T4, where it never ran, none. The same job on L4 and on H100 is moved on
+    # each row's own type.
+    np.testing.assert_allclose(out["xfer_s_r"], [0.7, np.nan, 4.5, np.nan, 4.5, 0.7])
+    for i in range(6):  # a row's estimate does not depend on the rows beside it
+        one = idx.features({k: v[i:i + 1] for k, v in keys.items()},
+                           np.array(hw[i:i + 1], dtype=object), CAT, np.full(1, 3.0),
+                           jobs.take(np.array([i])))
+        np.testing.assert_array_equal(one["xfer_s_r"], out["xfer_s_r"][i:i + 1])
 
 
 def test_novelty_groups_follow_the_history_of_each_row() -> None:

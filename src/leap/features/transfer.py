@@ -317,8 +317,8 @@ class TransferIndex:
         first = np.searchsorted(r, r, side="left")
         near = np.arange(len(r)) - first < SHAPE_NEAREST
         r, cand = r[near], cand[near]
-        # One prediction per distinct (job, shape it moves from).
-        job, rep = on.codes(JOB_FEATURE_COLUMNS)
+        # One prediction per distinct (job on its type, shape it moves from).
+        job, rep = on.codes((*JOB_FEATURE_COLUMNS, "hardware"))
         _, uniq, inv = np.unique(job[r] * len(table["key"]) + cand, return_index=True,
                                  return_inverse=True)
         ratio = pairs.predict_shapes(on, table["shape"][cand[uniq]], catalog,
