@@ -78,15 +78,26 @@ def _predict(pm: PairModel, family: str, batch: int, a: str, b: str) -> float:
                             CAT)[0])
 
 
-def _physics_gap(batch: int, a: str, b: str) -> float:
-    """log_phys(B) - log_phys(A) of a job: the part the pair model does not predict."""
+def _phys_gap(a: tuple[str, int], b: tuple[str, int]) -> float:
+    """log_phys(B) - log_phys(A) of the test's job as (type, batch) A and B: the part the
+    pair model's boosters do not predict."""
     from leap.features.physics import estimates
-    frame = pd.DataFrame({"hardware": [a, b], "trainer_count": [1, 1],
-                          "devices_per_trainer": [8, 8], "batch_size": [batch, batch],
+    frame = pd.DataFrame({"hardware": [a[0], b[0]], "trainer_count": [1, 1],
+                          "devices_per_trainer": [8, 8], "batch_size": [a[1], b[1]],
                           "num_params": [1e8, 1e8], "flops_per_sample": [5e11, 5e11],
                           "precision": ["bf16", "bf16"]})
     phys = estimates(frame, CAT)["log_phys_sps"]
     return float(phys[1] - phys[0])
+
+
+def _physics_gap(batch: int, a: str, b: str) -> float:
+    """The physics gap of one job from type ``a`` to type ``b``."""
+    return _phys_gap((a, batch), (b, batch))
+
+
+def _shape_gap(hw: str, batch_a: int, batch_b: int) -> float:
+    """The physics gap of one job on ``hw`` from batch ``batch_a`` to ``batch_b``."""
+    return _phys_gap((hw, batch_a), (hw, batch_b))
 
 
 @pytest.fixture(scope="module")
@@ -121,17 +132,6 @@ def test_pair_model_learns_a_ratio_that_depends_on_the_shape(model: PairModel) -
     assert small == pytest.approx(-0.2, abs=0.15)
     back = _predict(model, "fam-9999", 128, b, a) + _physics_gap(128, b, a)
     assert back == pytest.approx(-0.6, abs=0.15)
-
-
-def _shape_gap(hw: str, batch_a: int, batch_b: int) -> float:
-    """log_phys(batch B) - log_phys(batch A) of a job on ``hw``."""
-    from leap.features.physics import estimates
-    frame = pd.DataFrame({"hardware": [hw, hw], "trainer_count": [1, 1],
-                          "devices_per_trainer": [8, 8], "batch_size": [batch_a, batch_b],
-                          "num_params": [1e8, 1e8], "flops_per_sample": [5e11, 5e11],
-                          "precision": ["bf16", "bf16"]})
-    phys = estimates(frame, CAT)["log_phys_sps"]
-    return float(phys[1] - phys[0])
 
 
 def test_shape_rows_pair_two_shapes_of_one_family_on_one_type(attempts: pd.DataFrame) -> None:

@@ -309,10 +309,9 @@ class PairModel:
     def __init__(self, boosters: list[lgb.Booster], vocab: dict[str, list[str]],
                  shape_boosters: list[lgb.Booster] | None = None) -> None:
         shape_boosters = shape_boosters or []
-        for name, got in (("pair", boosters), ("shape", shape_boosters)):
-            if len(got) not in ((FOLDS,) if name == "pair" else (0, FOLDS)):
-                raise ArtifactError(f"the pair model needs {FOLDS} {name} boosters, "
-                                    f"got {len(got)}")
+        if len(boosters) != FOLDS or len(shape_boosters) not in (0, FOLDS):
+            raise ArtifactError(f"the pair model needs {FOLDS} pair boosters and 0 or {FOLDS} "
+                                f"shape boosters, got {len(boosters)} and {len(shape_boosters)}")
         self.boosters = boosters
         self.shape_boosters = shape_boosters
         self.vocab = vocab
