@@ -84,7 +84,7 @@ def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.nd
     params = cols.num("num_params")
     shard = filled("tensor_parallel") * filled("pipeline_parallel")
     peak = peak_flops(cols.obj("precision"), specs)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         compute_step_s = batch * flops / peak
         weight_step_s = 2.0 * params / shard / mem_bw
         link_bw = np.where(trainers > 1, inter_bw, intra_bw)
@@ -101,7 +101,7 @@ def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.nd
     # count too, to a pure hardware-speed proxy (devices x geometric mean of peak FLOP/s and
     # memory bandwidth, in arbitrary units): history residuals over it still transfer a
     # family's level across hardware, as spec-ratio scaling does.
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         log_proxy = np.log(devices) + 0.5 * np.log(peak / 1e12) + 0.5 * np.log(mem_bw / 1e9)
     log_phys = np.where(np.isfinite(log_phys), log_phys,
                         np.where(np.isfinite(log_stream), log_stream, log_proxy))
