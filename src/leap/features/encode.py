@@ -215,10 +215,10 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
     cols.update(snapshot.transfer.features(keys, hardware, catalog, phys0, cols_in))
     best = np.full(n, np.nan)
     level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))
+    carried = {"xfer_s": cols["xfer_s_r"],
+               "xfer": np.where(np.isfinite(cols["xfer_p_r"]), cols["xfer_p_r"], cols["xfer_r"])}
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
-        r = np.where(np.isfinite(cols["xfer_p_r"]), cols["xfer_p_r"], cols["xfer_r"]) \
-            if name == "xfer" else cols["xfer_s_r"] if name == "xfer_s" else \
-            cols[f"{name}_med_r"]
+        r = carried[name] if name in carried else cols[f"{name}_med_r"]
         take = np.isnan(best) & np.isfinite(r)
         best[take] = r[take]
         level_used[take] = rank

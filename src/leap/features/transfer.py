@@ -32,7 +32,7 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.features.columns import SMALL, Columns
-from leap.features.pairs import JOB_FEATURE_COLUMNS, SHAPE_COLUMNS, PairModel
+from leap.features.pairs import JOB_FEATURE_COLUMNS, PairModel, log_shape, shape_of
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0
@@ -124,7 +124,10 @@ class TransferIndex:
             self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
         self._specs: tuple[int, np.ndarray] | None = None
         self._vendor: tuple[int, np.ndarray] | None = None
-        self._shapes = self._shape_table(fam_hw_shape, fams, hw_index, n_hw)
+        # Only a pair model with shape boosters reads the family x type x shape levels.
+        self._shapes = self._shape_table(
+            fam_hw_shape if pairs is not None and pairs.shape_boosters else None,
+            fams, hw_index, n_hw)
 
     @staticmethod
     def _shape_table(table: pd.DataFrame | None, fams: pd.Index, hw_index: pd.Index,
@@ -295,7 +298,7 @@ class TransferIndex:
         family's residual in each of the :data:`SHAPE_NEAREST` shapes nearest to its own
         that it ran there, carried to its shape by the shape boosters; their median."""
         table = self._shapes
-        if not pairs.shape_boosters or len(table["key"]) == 0:
+        if len(table["key"]) == 0:
             return
         start = np.searchsorted(table["key"], group, side="left")
         count = np.searchsorted(table["key"], group, side="right") - start
@@ -308,10 +311,7 @@ class TransferIndex:
         if len(r) == 0:
             return
         on = jobs.take(rows)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            b_shape = np.column_stack([np.log(np.maximum(np.nan_to_num(on.num(c), nan=1.0), 1.0))
-                                       for c in SHAPE_COLUMNS])
-            dist = np.abs(np.log(np.maximum(table["shape"][cand], 1.0)) - b_shape[r]).sum(axis=1)
+        dist = np.abs(log_shape(table["shape"][cand]) - log_shape(shape_of(on))[r]).sum(axis=1)
         order = np.lexsort((dist, r))
         r, cand = r[order], cand[order]
         first = np.searchsorted(r, r, side="left")

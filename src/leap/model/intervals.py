@@ -116,6 +116,11 @@ class IntervalCalibrator:
             return lo, hi, int(m.sum())
 
         everywhere = np.ones(len(resid), dtype=bool)
+        kinds: list[tuple[str, np.ndarray, tuple[float, float] | None]] = []
+        if new_vendor is not None:
+            nv = np.asarray(new_vendor, dtype=bool)[ok]
+            kinds = [(kind, rows, guard(rows))
+                     for kind, rows in zip(VENDOR_CELLS, (~nv, nv), strict=True)]
         self.quantiles_ = {}
         for i, name in enumerate(NOVELTY_GROUPS):
             m = groups == i
@@ -133,13 +138,11 @@ class IntervalCalibrator:
                 self.quantiles_[name] = (*pooled_unobs[:2], 0)
             else:
                 self.quantiles_[name] = (*pooled_all[:2], 0)
-            if i in _UNOBSERVED and new_vendor is not None:
-                nv = np.asarray(new_vendor, dtype=bool)[ok]
-                for kind, rows in zip(VENDOR_CELLS, (~nv, nv), strict=True):
-                    mk = m & rows
-                    q = cell(mk, guard(rows) if (mk & masked).any() else None)
-                    if q is not None:
-                        self.quantiles_[f"{name}/{kind}"] = q
+            for kind, rows, kind_guard in kinds if i in _UNOBSERVED else []:
+                mk = m & rows
+                q = cell(mk, kind_guard if (mk & masked).any() else None)
+                if q is not None:
+                    self.quantiles_[f"{name}/{kind}"] = q
         return self
 
     def offsets(self, groups: np.ndarray, new_vendor: np.ndarray | None = None
@@ -148,18 +151,14 @@ class IntervalCalibrator:
         cell where ``new_vendor`` is given and the cell was calibrated)."""
         if not self.quantiles_:
             raise ModelError("this IntervalCalibrator is not fitted yet; call fit() first")
-        table = np.array([self.quantiles_[g][:2] for g in NOVELTY_GROUPS])
+        # (group, cell, lo/hi): the group's interval, then each vendor cell's where calibrated.
+        cells = ("", *(f"/{kind}" for kind in VENDOR_CELLS))
+        table = np.array([[self.quantiles_.get(name + c, self.quantiles_[name])[:2]
+                           for c in cells] for name in NOVELTY_GROUPS])
         g = np.asarray(groups, dtype=np.int64)
-        lo, hi = table[g, 0], table[g, 1]
-        if new_vendor is not None:
-            nv = np.asarray(new_vendor, dtype=bool)
-            for i in _UNOBSERVED:
-                for kind, rows in zip(VENDOR_CELLS, (~nv, nv), strict=True):
-                    q = self.quantiles_.get(f"{NOVELTY_GROUPS[i]}/{kind}")
-                    if q is not None:
-                        at = (g == i) & rows
-                        lo[at], hi[at] = q[0], q[1]
-        return lo, hi
+        c = np.zeros(len(g), dtype=np.int64) if new_vendor is None else \
+            1 + np.asarray(new_vendor, dtype=np.int64)
+        return table[g, c, 0], table[g, c, 1]
 
     def to_json(self) -> str:
         return json.dumps({"coverage": self.coverage, "min_rows": self.min_rows,
