@@ -166,7 +166,7 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
         for c in _RAW_JOB:
             f[c] = jobs.num(c)[job]
         f["log_batch_per_device"] = (np.log(jobs.num("batch_size")) - np.log(
-            np.maximum(np.nan_to_num(jobs.num("devices_per_trainer"), nan=1.0), 1.0)))[job]
+            np.fmax(jobs.num("devices_per_trainer"), 1.0)))[job]
     vendor = _codes([catalog[h].vendor if h in catalog else None for h in names],
                     vocab["vendor"])
     f["vendor_a"], f["vendor_b"] = vendor[hcode[:n]], vendor[hcode[n:]]
@@ -178,7 +178,7 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
 
 def log_shape(shape: np.ndarray) -> np.ndarray:
     """Log of ``(n, 3)`` shapes (:data:`SHAPE_COLUMNS`), a missing part (NaN, -1) read as 1."""
-    return np.log(np.maximum(np.nan_to_num(np.asarray(shape, dtype=np.float64), nan=1.0), 1.0))
+    return np.log(np.fmax(np.asarray(shape, dtype=np.float64), 1.0))
 
 
 def shape_of(on: Columns) -> np.ndarray:

@@ -75,7 +75,7 @@ def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.nd
     inter_bw = specs["inter_node_bw_gbit_per_s"] * 1e9 / 8.0
 
     def filled(name: str) -> np.ndarray:
-        return np.maximum(np.nan_to_num(cols.num(name), nan=1.0), 1.0)
+        return np.fmax(cols.num(name), 1.0)  # a missing value (NaN) reads as 1
 
     trainers = filled("trainer_count")
     devices = trainers * filled("devices_per_trainer")

@@ -352,15 +352,28 @@ class TransferIndex:
 def _row_median(r: np.ndarray, est: np.ndarray, n_rows: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row of ``n_rows``: whether it has estimates, their median and spread (``r``:
-    each estimate's row, sorted; a few estimates a row)."""
+    each estimate's row, sorted; a few estimates a row). NaN estimates are left out, as by
+    ``nanmedian`` and ``nanstd`` (written out: those cost a third of a millisecond on the
+    handful of rows of one request).
+
+    Examples
+    --------
+    >>> has, med, sd = _row_median(np.array([0, 0, 0, 2]), np.array([3., 1., np.nan, 5.]), 3)
+    >>> has.tolist(), med.tolist(), sd.tolist()
+    ([True, False, True], [2.0, nan, 5.0], [1.0, nan, 0.0])
+    """
+    ok = np.isfinite(est)
+    r, est = r[ok], est[ok]
     n = np.bincount(r, minlength=n_rows)
     has = n > 0
-    if not has.any():
-        return has, np.full(n_rows, np.nan), np.full(n_rows, np.nan)
-    slot = np.arange(len(r)) - (np.cumsum(n) - n)[r]
-    by_row = np.full((n_rows, int(n.max())), np.nan)
-    by_row[r, slot] = est
     med, sd = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
-    med[has] = np.nanmedian(by_row[has], axis=1)
-    sd[has] = np.nanstd(by_row[has], axis=1)
+    if not has.any():
+        return has, med, sd
+    order = np.lexsort((est, r))
+    srt = est[order]
+    start = np.cumsum(n) - n
+    h = np.flatnonzero(has)
+    med[h] = 0.5 * (srt[start[h] + (n[h] - 1) // 2] + srt[start[h] + n[h] // 2])
+    dev = est - (np.bincount(r, weights=est, minlength=n_rows) / np.maximum(n, 1))[r]
+    sd[h] = np.sqrt(np.bincount(r, weights=dev * dev, minlength=n_rows)[h] / n[h])
     return has, med, sd
