@@ -136,7 +136,7 @@ def time_calls(ranker: Any, jobs: list[dict[str, Any]], calls: int) -> np.ndarra
 def time_stages(serving: Any, jobs: list[dict[str, Any]], calls: int) -> dict[str, float]:
     """Median ms of each stage: typed-Columns encode, the model, and the DataFrame path."""
     from leap.features.encode import encode, jobs_frame
-    from leap.rank.ranker import normalize_job
+    from leap.rank.requests import normalize_job
 
     art = serving.artifact
     enc, model, frame_path = [], [], []

@@ -10,7 +10,8 @@ import pytest
 from leap.errors import ArtifactError, ModelError
 from leap.features.encode import NOVELTY_GROUPS
 from leap.model.intervals import IntervalCalibrator, _conformal, coverage_by_group
-from leap.rank.ranker import CAUTIOUS_Z, RankedType, _sort_key, order_ranking
+from leap.rank.policy import CAUTIOUS_Z, _sort_key, order_ranking
+from leap.rank.results import RankedType
 
 G = {name: i for i, name in enumerate(NOVELTY_GROUPS)}
 

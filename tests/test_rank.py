@@ -23,7 +23,10 @@ from leap.data.schema import JOB_COLUMNS, PRECISIONS
 from leap.errors import CatalogError, ConfigError, DataError
 from leap.features.encode import encode, jobs_frame
 from leap.model.artifact import MANIFEST, Registry
-from leap.rank.ranker import EXCLUSION_REASONS, Ranker, RankResult, normalize_job, order_ranking
+from leap.rank.policy import order_ranking
+from leap.rank.ranker import Ranker
+from leap.rank.requests import normalize_job
+from leap.rank.results import EXCLUSION_REASONS, RankResult
 
 PROPS = settings(max_examples=30, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -132,7 +135,7 @@ def test_ranking_is_sorted_by_value_with_consistent_numbers(ranker: Ranker,
 def test_every_entry_has_an_interval_and_a_novelty_group(ranker: Ranker,
                                                         jobs: list[dict[str, Any]]) -> None:
     from leap.features.encode import NOVELTY_GROUPS
-    from leap.rank.ranker import UNCERTAIN_RATIO
+    from leap.rank.policy import UNCERTAIN_RATIO
 
     seen = set()
     for job in jobs[:20]:

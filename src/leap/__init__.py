@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from leap.rank.ranker import Ranker, RankResult
+    from leap.rank.ranker import Ranker
+    from leap.rank.results import RankResult
 
 __version__ = "0.1.0"
 
@@ -16,7 +17,7 @@ __all__ = ["RankResult", "Ranker", "__version__"]
 
 # Public names whose modules are heavy (pandas, LightGBM): imported on first attribute access.
 # (`leap.rank` is the ranking subpackage, so the entry point is `leap.Ranker(...).rank(job)`.)
-_LAZY = {"Ranker": "leap.rank.ranker", "RankResult": "leap.rank.ranker"}
+_LAZY = {"Ranker": "leap.rank.ranker", "RankResult": "leap.rank.results"}
 
 
 def __getattr__(name: str) -> Any:

@@ -18,11 +18,14 @@ from leap.data.schema import (
 )
 from leap.errors import DataError, did_you_mean
 
-#: File name endings read by :func:`read_attempts_file`, and the format each one means.
+#: File name endings of attempt and job files (:func:`read_attempts_file`,
+#: :func:`leap.model.predict.read_jobs`), and the format each one means (``.json`` is read as
+#: JSON Lines, one object a line).
 FORMATS: dict[str, str] = {
     ".csv": "csv", ".csv.gz": "csv",
     ".parquet": "parquet", ".pq": "parquet",
-    ".jsonl": "jsonl", ".ndjson": "jsonl", ".jsonl.gz": "jsonl", ".ndjson.gz": "jsonl",
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".jsonl.gz": "jsonl",
+    ".ndjson.gz": "jsonl", ".json.gz": "jsonl",
 }
 
 
@@ -63,8 +66,8 @@ def file_format(path: Path) -> str:
     for ending in sorted(FORMATS, key=len, reverse=True):
         if name.endswith(ending):
             return FORMATS[ending]
-    raise DataError(f"{path}: unsupported file type; name it .csv, .csv.gz, .parquet, .pq, "
-                    ".jsonl or .ndjson (JSON Lines) to say which format it is")
+    raise DataError(f"{path}: unsupported file type; name it {', '.join(FORMATS)} to say "
+                    "which format it is (.jsonl, .ndjson, .json: JSON Lines)")
 
 
 def _skip(_row: Any) -> str:

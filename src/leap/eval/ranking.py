@@ -57,7 +57,8 @@ __all__ = ["METHODS", "TRUTHS", "availability_rankings", "eligible_names", "job_
            "summarize_quality", "true_throughputs", "true_values", "unfiltered"]
 
 if TYPE_CHECKING:
-    from leap.rank.ranker import Ranker, RankResult
+    from leap.rank.ranker import Ranker
+    from leap.rank.results import RankResult
     from leap.sim.fleet import Fleet
 
 #: Methods scored by :func:`ranking_study`, in report order.
@@ -152,11 +153,11 @@ def availability_rankings(ranker: Ranker, jobs: pd.DataFrame,
     """``rank(i, free_devices)``: LEAP's answer for job ``i`` told each type's free devices.
 
     With ``answers`` (this job list's :func:`leap_rankings`), the ranker's own availability
-    fold (:func:`leap.rank.ranker.fold_availability`, the last step of
+    fold (:func:`leap.rank.policy.fold_availability`, the last step of
     ``Ranker.rank(..., free_devices=)``) is applied to them: the same answer without predicting
     again. Without, the ranker is called, once per request and set of full types.
     """
-    from leap.rank.ranker import fold_availability
+    from leap.rank.policy import fold_availability
 
     if len(candidates) != len(jobs) or (answers is not None and len(answers) != len(jobs)):
         raise DataError(f"got {len(candidates)} candidate lists for {len(jobs)} jobs; pass one "
@@ -183,7 +184,7 @@ def availability_rankings(ranker: Ranker, jobs: pd.DataFrame,
 
 
 def _no_candidates() -> RankResult:
-    from leap.rank.ranker import RankResult
+    from leap.rank.results import RankResult
 
     return RankResult(ranking=[], reason="no_candidates: no eligible type")
 
@@ -443,7 +444,7 @@ def pick_overprediction(results: Sequence[RankResult],
 
     Examples
     --------
-    >>> from leap.rank.ranker import RankedType, RankResult
+    >>> from leap.rank.results import RankedType, RankResult
     >>> e = RankedType("A", 200.0, 1.0, 7.2e5, None, None, 1, 1.0, False)
     >>> pick_overprediction([RankResult([e])], [{"A": 100.0}])["median"]
     2.0

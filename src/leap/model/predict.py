@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,8 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from leap.data.ingest import check_text_file, printable
 from leap.data.jobs import MODEL_CONFIG, check_jobs_frame
+from leap.data.readers import check_text_file, file_format, printable
 from leap.data.schema import JOB_BOUNDS, JOB_COLUMNS
 from leap.errors import DataError
 from leap.features.encode import (
@@ -26,31 +27,29 @@ from leap.model.artifact import Artifact
 
 
 def read_jobs(path: Path) -> pd.DataFrame:
-    """Read job rows from CSV, Parquet or JSON Lines (by suffix).
+    """Read job rows from CSV, Parquet or JSON Lines (by name ending, as ingest reads:
+    :func:`leap.data.readers.file_format`).
 
     Job columns are typed as stored attempts; any other column (``attempt_id``, your own
     keys) is kept as read, so predictions can be joined back.
     """
-    suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     if not path.is_file():
         raise DataError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
-    if suffix in (".csv", ".csv.gz", ".jsonl", ".ndjson", ".json"):
-        check_text_file(path, "CSV" if suffix.startswith(".csv") else "JSON")
+    fmt = file_format(path)
+    if fmt != "parquet":
+        check_text_file(path, "CSV" if fmt == "csv" else "JSON")
     configs: list[Any] | None = None
     try:
-        if suffix in (".jsonl", ".ndjson", ".json") and b'"model_config"' in path.read_bytes():
+        if fmt == "csv":
+            table = pacsv.read_csv(path)
+        elif fmt == "parquet":
+            table = pq.read_table(path)
+        elif '"model_config"' in _text(path):
             # Model definitions vary in keys and types from row to row: read them as Python
             # objects, not as one inferred Arrow struct.
             table, configs = _json_jobs_with_configs(path)
-        elif suffix in (".csv", ".csv.gz"):
-            table = pacsv.read_csv(path)
-        elif suffix in (".parquet", ".pq"):
-            table = pq.read_table(path)
-        elif suffix in (".jsonl", ".ndjson", ".json"):
-            table = pajson.read_json(path)
         else:
-            raise DataError(f"{path}: unknown job file format '{suffix}'; use .csv, .parquet "
-                            "or .jsonl")
+            table = pajson.read_json(path)
     except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise DataError(f"{path}: cannot read jobs: {printable(str(exc))}") from None
     for name in table.column_names:
@@ -65,10 +64,18 @@ def read_jobs(path: Path) -> pd.DataFrame:
     return out
 
 
+def _text(path: Path) -> str:
+    """The text of a JSON Lines file (decompressed when its name ends in ``.gz``)."""
+    if path.name.lower().endswith(".gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read()
+    return path.read_text("utf-8")
+
+
 def _json_jobs_with_configs(path: Path) -> tuple[pa.Table, list[Any]]:
     """Jobs of a JSON Lines file without their ``model_config`` objects, and those objects."""
     records: list[dict[str, Any]] = []
-    for n, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+    for n, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:

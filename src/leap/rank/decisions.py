@@ -45,7 +45,7 @@ from leap.errors import ConfigError
 if TYPE_CHECKING:
     import duckdb
 
-    from leap.rank.ranker import RankResult
+    from leap.rank.results import RankResult
 
 log = logging.getLogger("leap.decisions")
 

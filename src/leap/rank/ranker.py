@@ -77,28 +77,20 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.data.jobs import REQUIRED_JOB, check_job, check_jobs_frame, expand_model_config
 from leap.errors import CatalogError, ConfigError, DataError, LeapError, did_you_mean
-from leap.features.encode import jobs_frame
 from leap.model.artifact import Artifact, Registry
-
-# The public names of leap.rank.ranker, wherever they now live (callers import them from here).
 from leap.rank.policy import (
-    CAUTIOUS_Z,
     DEFAULT_PREMIUM_MIN_SPEEDUP,
-    UNCERTAIN_RATIO,
     _premium_rule,
     _Price,
     fold_availability,
-    order_ranking,
     rank_rows,
-)
-from leap.rank.policy import (
-    _sort_key as _sort_key,
 )
 from leap.rank.requests import (
     _check_free_devices,
     _check_objective,
+    check_jobs_for,
+    jobs_request,
     normalize_job,
     resolve_candidates,
 )
@@ -106,7 +98,6 @@ from leap.rank.results import (
     DEFAULT_RISK,
     EXCLUSION_REASONS,
     FAIL_OPEN_CODES,
-    OBJECTIVES,
     RISKS,
     Excluded,
     PredictResult,
@@ -114,12 +105,6 @@ from leap.rank.results import (
     RankResult,
 )
 from leap.rank.serving import ModelWatcher, Serving, _describe, _Static
-
-__all__ = ["CAUTIOUS_Z", "DEFAULT_PREMIUM_MIN_SPEEDUP", "DEFAULT_RISK", "EXCLUSION_REASONS",
-           "FAIL_OPEN_CODES", "OBJECTIVES", "RISKS", "UNCERTAIN_RATIO", "DecisionSink",
-           "Excluded", "ModelWatcher", "PredictResult", "RankResult", "RankedType", "Ranker",
-           "Serving", "fold_availability", "normalize_job", "order_ranking"]
-_REQUIRED_JOB = REQUIRED_JOB
 
 log = logging.getLogger("leap.rank")
 
@@ -492,17 +477,7 @@ class Ranker:
             return PredictResult(pd.DataFrame(), version, reason,
                                  (time.perf_counter() - t0) * 1e3)
         try:
-            if isinstance(jobs, pd.DataFrame):
-                frame = check_jobs_frame(jobs)
-            else:
-                records = list(jobs)
-                for i, rec in enumerate(records):
-                    try:
-                        records[i] = expand_model_config(rec)
-                        check_job(records[i])
-                    except DataError as exc:
-                        raise DataError(f"jobs row {i}: {exc}") from None
-                frame = jobs_frame(records)
+            frame = jobs_request(jobs)
             if serving is None:
                 if strict and candidates is not None:
                     self._candidates(None, candidates, strict=True)
@@ -510,14 +485,7 @@ class Ranker:
                                                    self.watcher.error or "no model loaded"))
             cat = serving.artifact.catalog
             names = cat.resolve(list(candidates) if candidates is not None else None)
-            if "hardware" in frame.columns:
-                for hw in frame["hardware"].dropna().unique():
-                    if str(hw) not in cat:
-                        raise CatalogError(f"jobs: unknown hardware '{hw}'"
-                                           f"{did_you_mean(str(hw), cat)}")
-            missing = [c for c in _REQUIRED_JOB if c not in frame.columns]
-            if missing:
-                raise DataError(f"jobs lack required field(s) {', '.join(missing)}")
+            check_jobs_for(frame, cat)
         except Exception as exc:  # a bad request fails open; only `strict` raises it
             err = exc if isinstance(exc, LeapError) else DataError(
                 f"invalid request: {_describe(exc)}")

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from leap.catalog import Catalog
-from leap.data.jobs import check_job
+from leap.data.jobs import REQUIRED_JOB, check_job, check_jobs_frame, expand_model_config
 from leap.errors import CatalogError, ConfigError, DataError, did_you_mean
+from leap.features.encode import jobs_frame
 from leap.rank.results import OBJECTIVES, Excluded
 
 #: The one job validation every entry point uses (:func:`leap.data.jobs.check_job`), under
@@ -76,3 +79,31 @@ def resolve_candidates(costs: Catalog | None, model_catalog: Catalog | None,
             raise CatalogError(f"candidates: {msg}")
         unknown.append(Excluded(n, "unknown_hardware", msg))
     return out, unknown
+
+
+def jobs_request(jobs: pd.DataFrame | Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """A batch prediction's jobs as one checked frame (records: each job checked and its
+    ``model_config`` expanded; a frame: :func:`~leap.data.jobs.check_jobs_frame`)."""
+    if isinstance(jobs, pd.DataFrame):
+        return check_jobs_frame(jobs)
+    records = list(jobs)
+    for i, rec in enumerate(records):
+        try:
+            records[i] = expand_model_config(rec)
+            check_job(records[i])
+        except DataError as exc:
+            raise DataError(f"jobs row {i}: {exc}") from None
+    return jobs_frame(records)
+
+
+def check_jobs_for(frame: pd.DataFrame, catalog: Catalog) -> None:
+    """Every ``hardware`` a job names is in the model's ``catalog``, and every required
+    field is there."""
+    if "hardware" in frame.columns:
+        for hw in frame["hardware"].dropna().unique():
+            if str(hw) not in catalog:
+                raise CatalogError(f"jobs: unknown hardware '{hw}'"
+                                   f"{did_you_mean(str(hw), catalog)}")
+    missing = [c for c in REQUIRED_JOB if c not in frame.columns]
+    if missing:
+        raise DataError(f"jobs lack required field(s) {', '.join(missing)}")

@@ -36,7 +36,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -47,6 +46,7 @@ from leap.errors import CatalogError, LeapError
 from leap.eval.monitor import MonitorCollector
 from leap.rank.decisions import DecisionLog
 from leap.rank.ranker import Ranker
+from leap.serve.metrics import DecisionCollector, RankerCollector
 from leap.serve.payloads import (
     ErrorResponse,
     Health,
@@ -119,62 +119,6 @@ def release_memory() -> None:
     pa.default_memory_pool().release_unused()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
-
-
-class _RankerCollector(Collector):
-    """Model and fail-open figures read from the Ranker at scrape time."""
-
-    def __init__(self, ranker: Ranker) -> None:
-        self.ranker = ranker
-
-    def collect(self) -> Iterable[Metric]:
-        fail = CounterMetricFamily("leap_fail_open", "Answers that failed open (empty ranking "
-                                   "or predictions with a reason), by reason code",
-                                   labels=["reason"])
-        for code, n in sorted(self.ranker.fail_open_counts.items()):
-            fail.add_metric([code], n)
-        yield fail
-        version = self.ranker.model_version
-        info = GaugeMetricFamily("leap_model_info", "The serving model version (value 1)",
-                                 labels=["version"])
-        if version is not None:
-            info.add_metric([version], 1.0)
-        yield info
-        yield GaugeMetricFamily("leap_model_loaded", "1 when a model is loaded, else 0",
-                                value=float(version is not None))
-        w = self.ranker.watcher
-        yield CounterMetricFamily("leap_model_reloads", "Models loaded (the first included)",
-                                  value=w.reloads)
-        yield CounterMetricFamily("leap_model_reload_failures", "Published versions that "
-                                  "failed to load or verify and were refused (the previous "
-                                  "model kept serving)", value=w.reload_failures)
-        refused = GaugeMetricFamily("leap_model_refused_info", "The last refused model "
-                                    "version (value 1; none after a good version loads)",
-                                    labels=["version"])
-        if w.refused_version is not None:
-            refused.add_metric([w.refused_version], 1.0)
-        yield refused
-
-
-class _DecisionCollector(Collector):
-    """The decision log's counters, read at scrape time."""
-
-    def __init__(self, decisions: DecisionLog) -> None:
-        self.decisions = decisions
-
-    def collect(self) -> Iterable[Metric]:
-        d = self.decisions
-        yield CounterMetricFamily("leap_decisions_recorded", "Rankings handed to the decision "
-                                  "log", value=d.recorded)
-        yield CounterMetricFamily("leap_decisions_written", "Rankings written to the decision "
-                                  "log's DuckDB file", value=d.written)
-        yield CounterMetricFamily("leap_decisions_dropped", "Rankings not recorded because the "
-                                  "decision log's queue was full (the ranking was served)",
-                                  value=d.dropped)
-        yield GaugeMetricFamily("leap_decisions_queued", "Rankings waiting to be written",
-                                value=d.queued)
-        yield CounterMetricFamily("leap_decision_write_errors", "Decision log flushes that "
-                                  "failed and were retried", value=d.write_errors)
 
 
 class _Edge:
@@ -349,9 +293,9 @@ def create_app(ranker: Ranker, *, token: str | None = None,
                        ["path", "method", "status"], registry=metrics)
     latency = Histogram("leap_http_request_duration_seconds", "HTTP request latency by path",
                         ["path"], buckets=LATENCY_BUCKETS_S, registry=metrics)
-    metrics.register(_RankerCollector(ranker))
+    metrics.register(RankerCollector(ranker))
     if decisions is not None:
-        metrics.register(_DecisionCollector(decisions))
+        metrics.register(DecisionCollector(decisions))
         ranker.decision_sink = decisions.sink("http")
     for collector in extra_collectors:
         metrics.register(collector)
