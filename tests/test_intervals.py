@@ -144,8 +144,10 @@ def _banded(name: str, tp: float, sd: float, cost: float) -> RankedType:
 
 def test_cautious_order_leaves_the_cheapest_type_only_for_a_confident_gain() -> None:
     cheap = _banded("T4", 100.0, 0.1, cost=1.0)
-    # 30% more value, but the guess has sd 0.5: z = log(1.3) / hypot(0.5, 0.1) = 0.51 < 0.75.
-    guess = _banded("Gaudi3", 260.0, 0.5, cost=2.0)
+    # 10% more value, but the guess has sd 0.5: z = log(1.1) / hypot(0.5, 0.1) = 0.19, below
+    # CAUTIOUS_Z.
+    assert math.log(1.1) / math.hypot(0.5, 0.1) < CAUTIOUS_Z
+    guess = _banded("Gaudi3", 220.0, 0.5, cost=2.0)
     # 30% more value known to sd 0.1: z = 0.262 / 0.141 = 1.86.
     sure = _banded("A40", 195.0, 0.1, cost=1.5)
     assert [r.hardware for r in order_ranking([guess, cheap], "value", "neutral")] \

@@ -17,11 +17,13 @@ from leap.features.history import HistoryBuilder, Snapshot, prepare_history
 from leap.features.pairs import (
     FOLDS,
     PAIR_DAYS,
+    PAIR_FEATURES,
     REFIT_DAYS,
     PairModel,
     PairParams,
     PairSchedule,
     family_fold,
+    pair_matrix,
     pair_training_rows,
     refit_day,
     shape_training_rows,
@@ -122,6 +124,28 @@ def test_pair_rows_are_within_one_configuration(attempts: pd.DataFrame) -> None:
         & (hw_b == "H100-SXM") & (jobs["batch_size"] == 64).to_numpy()
     expect = 0.6 - _physics_gap(64, "A100-SXM4-80GB", "H100-SXM")
     assert tw[one, 0] == pytest.approx([expect], abs=0.06)
+
+
+def test_step_features_place_one_step_of_the_job_on_each_type() -> None:
+    """Seconds of compute per step at peak, of activation traffic per step, and the ridge."""
+    job = {"family_id": "f", "model_type": "m", "model_category": "language",
+           "precision": "bf16", "trainer_count": 1, "devices_per_trainer": 8, "batch_size": 64,
+           "num_params": 1e8, "flops_per_sample": 6e11, "seq_len": 512, "hidden_dim": 768,
+           "num_layers": 12}
+    a, b = "A100-SXM4-80GB", "H100-SXM"
+    vocab = {"vendor": sorted({CAT[n].vendor for n in CAT}), "precision": ["bf16"],
+             "model_category": ["language"]}
+    X = pair_matrix(Columns.from_frame(pd.DataFrame([job, job])), np.array([a, b], dtype=object),
+                    np.array([b, a], dtype=object), CAT, vocab)
+    f = {name: X[:, i] for i, name in enumerate(PAIR_FEATURES)}
+    act = 34.0 * 512 * 768 * 12  # bytes of activations per sample (Korthikanti et al.)
+    for t, side in ((a, "a"), (b, "b")):
+        peak, bw = CAT[t].peak_bf16_tflops * 1e12, CAT[t].mem_bw_gb_per_s * 1e9
+        assert f[f"{side}_step"][0] == pytest.approx(np.log(8 * 6e11 / peak))
+        assert f[f"{side}_mem_step"][0] == pytest.approx(np.log(8 * act / bw))
+        assert f[f"{side}_ridge"][0] == pytest.approx(np.log(6e11 / act) - np.log(peak / bw))
+    # The faster type does the same step in less time, and the reverse move mirrors it.
+    assert f["d_step"][0] < 0 and f["d_step"][1] == pytest.approx(-f["d_step"][0])
 
 
 def test_pair_model_learns_a_ratio_that_depends_on_the_shape(model: PairModel) -> None:

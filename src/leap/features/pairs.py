@@ -51,7 +51,7 @@ from leap.catalog import Catalog
 from leap.data.schema import PRECISIONS
 from leap.errors import ArtifactError
 from leap.features.columns import Columns
-from leap.features.physics import estimates, hardware_specs, peak_flops
+from leap.features.physics import activation_bytes, estimates, hardware_specs, peak_flops
 
 #: Family halves for cross-fitting.
 FOLDS = 2
@@ -69,10 +69,22 @@ _LOG_JOB = ("trainer_count", "batch_size", "num_params", "flops_per_sample", "em
             "hidden_dim", "seq_len")
 _RAW_JOB = ("devices_per_trainer", "tensor_parallel", "pipeline_parallel", "num_layers")
 CATEGORICAL = ("vendor_a", "vendor_b", "precision", "model_category")
+#: Where one step of the job sits on each type: ``step``, log seconds of a device's compute
+#: per step at peak (little work per step leaves a big device idle: launch overheads,
+#: unsaturated kernels); ``mem_step``, log seconds of its activation traffic per step
+#: (:func:`~leap.features.physics.activation_bytes` over the memory bandwidth); ``ridge``,
+#: the job's FLOPs per activation byte over the type's peak FLOP/s per byte/s (above 0:
+#: compute-bound). On the default fleet's held-out day they took the pair model's error on
+#: pairs of one vendor from 0.088 to 0.084 (median absolute log error against the
+#: simulator's truth; the harder fleet 0.077 to 0.071) and the pair estimate on types new to
+#: their family from 58.6% to 60.7% within +-20%.
+_STEP_FEATURES = ("a_step", "b_step", "d_step", "a_ridge", "b_ridge", "a_mem_step",
+                  "b_mem_step")
 PAIR_FEATURES: tuple[str, ...] = (
     *(f"d_{k}" for k in _PHYS_DIFF), *(f"{s}_{k}" for k in _PHYS_BOTH for s in ("a", "b")),
     "d_peak", "a_peak", *(f"{s}_{k}" for k in _SPECS for s in ("d", "a")),
-    *(f"log_{c}" for c in _LOG_JOB), *_RAW_JOB, "log_batch_per_device", *CATEGORICAL)
+    *(f"log_{c}" for c in _LOG_JOB), *_RAW_JOB, "log_batch_per_device", *CATEGORICAL,
+    *_STEP_FEATURES)
 #: A configuration's shape, as history keys it (:func:`leap.features.history.shape_keys`).
 SHAPE_COLUMNS = ("trainer_count", "devices_per_trainer", "batch_size")
 _SHAPE_LOGS = ("log_trainers", "log_devices_per_trainer", "log_batch", "log_batch_per_device")
@@ -158,6 +170,16 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
             f[f"a_{k}"], f[f"b_{k}"] = est[k][ia], est[k][ib]
         peak = np.log(peak_flops(on.obj("precision"), specs))
         f["d_peak"], f["a_peak"] = peak[ib] - peak[ia], peak[ia]
+        per_device = np.fmax(on.num("batch_size"), 1.0) / np.fmax(
+            on.num("devices_per_trainer"), 1.0)
+        flops, act = on.num("flops_per_sample"), activation_bytes(on)
+        log_bw = np.log(specs["mem_bw_gb_per_s"] * 1e9)
+        step = np.log(per_device * flops) - peak
+        mem_step = np.log(per_device * act) - log_bw
+        ridge = np.log(flops / act) - (peak - log_bw)
+        f["a_step"], f["b_step"], f["d_step"] = step[ia], step[ib], step[ib] - step[ia]
+        f["a_ridge"], f["b_ridge"] = ridge[ia], ridge[ib]
+        f["a_mem_step"], f["b_mem_step"] = mem_step[ia], mem_step[ib]
         for k in _SPECS:
             spec = np.log(specs[k])
             f[f"d_{k}"], f[f"a_{k}"] = spec[ib] - spec[ia], spec[ia]

@@ -18,6 +18,12 @@ TRAIN_BYTES_PER_PARAM = 16.0
 #: 16-bit gradients are all-reduced; ring all-reduce moves ~2x the buffer.
 ALLREDUCE_BYTES_PER_PARAM = 4.0
 
+#: Activation bytes of one sample per transformer layer and per unit of sequence x width, at
+#: 16-bit precision: the ``s h (34 + 5 a s / h)`` bytes per layer of Korthikanti et al. 2022,
+#: "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, eq. 1),
+#: without the attention-score term.
+ACTIVATION_BYTES = 34.0
+
 _PRECISION_PEAK = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "bf16"}
 
 
@@ -45,6 +51,14 @@ def peak_flops(precision: np.ndarray, specs: dict[str, np.ndarray]) -> np.ndarra
         if len(precision) <= SMALL else (pd.Series(precision, dtype=object) == "bf16").to_numpy()
     half = np.where(is_bf16 & old, fp32, bf16)
     return np.where(kind == "fp32", fp32, np.where(kind == "tf32", tf32, half))
+
+
+def activation_bytes(jobs: Columns) -> np.ndarray:
+    """Activation bytes one sample writes in a step and reads back in the backward pass,
+    ``ACTIVATION_BYTES x seq_len x hidden_dim x num_layers`` (a missing ``seq_len`` counts as
+    1, as for a model without a sequence; NaN without ``hidden_dim`` or ``num_layers``)."""
+    return ACTIVATION_BYTES * np.fmax(jobs.num("seq_len"), 1.0) * jobs.num("hidden_dim") \
+        * jobs.num("num_layers")
 
 
 def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
