@@ -6,6 +6,8 @@ many device-hours did this attempt use?" asks here, so the answers agree everywh
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -23,6 +25,13 @@ def usable_mask(attempts: pd.DataFrame) -> np.ndarray:
     """
     tp = pd.to_numeric(attempts["throughput"], errors="coerce")
     return ((attempts["status"] == "succeeded") & (tp > 0)).to_numpy(dtype=bool)
+
+
+def usable_attempts(attempts: pd.DataFrame, types: Iterable[str]) -> pd.DataFrame:
+    """The :func:`usable_mask` rows of ``attempts`` on one of ``types`` (e.g. a catalog: a
+    type it lacks cannot be scored), renumbered from 0."""
+    ok = usable_mask(attempts) & attempts["hardware"].isin(list(types)).to_numpy(dtype=bool)
+    return attempts[ok].reset_index(drop=True)
 
 
 def job_devices(jobs: pd.DataFrame) -> np.ndarray:

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from leap.data.store import Store
-from leap.data.usage import device_hours
+from leap.data.usage import device_hours, usable_mask
 from leap.metrics import TOLERANCE
 from leap.rank.decisions import read_decisions
 
@@ -148,7 +148,7 @@ def day_figures(j: pd.DataFrame, decisions_today: pd.DataFrame) -> dict[str, Any
         "top3_share_gpu_hours": _share(pos[c] <= 3, gh[c]) if c.any() else None,
     }
     tp = j["throughput"].to_numpy(dtype=float)
-    scored = c & np.isfinite(pos) & (j["status"].to_numpy() == "succeeded") & (tp > 0)
+    scored = c & np.isfinite(pos) & usable_mask(j)
     pred = j["predicted_throughput"].to_numpy(dtype=float)[scored]
     actual = tp[scored]
     err = np.abs(pred / actual - 1.0)

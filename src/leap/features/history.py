@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from leap.catalog import Catalog
+from leap.data.usage import usable_attempts
 from leap.errors import ArtifactError
 from leap.features.columns import SMALL, Columns, key_texts
 from leap.features.pairs import PairModel
@@ -114,9 +115,7 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     Each row is reduced on its own, so a large window is reduced in chunks of
     :data:`PREPARE_CHUNK_ROWS` (the same result, a bounded peak).
     """
-    ok = attempts[(attempts["status"] == "succeeded") & (attempts["throughput"] > 0)
-                  & attempts["hardware"].isin(list(catalog))]
-    ok = ok.reset_index(drop=True)
+    ok = usable_attempts(attempts, catalog)
     if len(ok) <= PREPARE_CHUNK_ROWS:
         return _prepare_rows(ok, catalog)
     return pd.concat([_prepare_rows(ok.iloc[i:i + PREPARE_CHUNK_ROWS].reset_index(drop=True),

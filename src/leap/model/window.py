@@ -23,6 +23,7 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.data.store import Store
+from leap.data.usage import usable_attempts
 from leap.errors import ModelError, ParamError
 from leap.features.encode import (
     FEATURE_NAMES,
@@ -167,9 +168,9 @@ def window_attempts(source: Any, as_of: datetime, cfg: TrainConfig) -> pd.DataFr
 
 
 def succeeded_attempts(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    ok = (frame["status"] == "succeeded") & (frame["throughput"] > 0) & frame["hardware"].isin(
-        list(catalog))
-    return frame[ok].reset_index(drop=True)
+    """The window's attempts that measured a throughput on a ``catalog`` type
+    (:func:`leap.data.usage.usable_attempts`)."""
+    return usable_attempts(frame, catalog)
 
 
 @dataclass
