@@ -75,9 +75,10 @@ CATEGORICAL = ("vendor_a", "vendor_b", "precision", "model_category")
 #: (:func:`~leap.features.physics.activation_bytes` over the memory bandwidth); ``ridge``,
 #: the job's FLOPs per activation byte over the type's peak FLOP/s per byte/s (above 0:
 #: compute-bound). On the default fleet's held-out day they took the pair model's error on
-#: pairs of one vendor from 0.088 to 0.084 (median absolute log error against the
-#: simulator's truth; the harder fleet 0.077 to 0.071) and the pair estimate on types new to
-#: their family from 58.6% to 60.7% within +-20%.
+#: pairs of one vendor from 0.088 to 0.081 (median absolute log error against the
+#: simulator's truth; the harder fleet, in a prototype, 0.077 to 0.071); the pair estimate
+#: on the day's 611 attempts on types new to their family moved within training noise
+#: (58.1-60.7% within +-20% between two fits, against 58.6%).
 _STEP_FEATURES = ("a_step", "b_step", "d_step", "a_ridge", "b_ridge", "a_mem_step",
                   "b_mem_step")
 PAIR_FEATURES: tuple[str, ...] = (
