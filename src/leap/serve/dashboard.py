@@ -21,7 +21,8 @@ from leap.errors import LeapError
 from leap.eval.monitor import MonitorCollector
 from leap.eval.report import si
 from leap.rank.decisions import DecisionLog
-from leap.rank.ranker import ModelWatcher, Ranker
+from leap.rank.ranker import Ranker
+from leap.rank.serving import ModelWatcher
 
 DASHBOARD_PATHS = ("/", "/dashboard/nightly.png", "/dashboard/live.png")
 EXAMPLE_JOB = {"family_id": "ads-ranker-daily", "model_type": "dlrm-large", "trainer_count": 4,
