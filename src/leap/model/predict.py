@@ -44,10 +44,10 @@ def read_jobs(path: Path) -> pd.DataFrame:
             table = pacsv.read_csv(path)
         elif fmt == "parquet":
             table = pq.read_table(path)
-        elif '"model_config"' in _text(path):
+        elif '"model_config"' in (text := _text(path)):
             # Model definitions vary in keys and types from row to row: read them as Python
             # objects, not as one inferred Arrow struct.
-            table, configs = _json_jobs_with_configs(path)
+            table, configs = _json_jobs_with_configs(path, text)
         else:
             table = pajson.read_json(path)
     except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -72,10 +72,11 @@ def _text(path: Path) -> str:
     return path.read_text("utf-8")
 
 
-def _json_jobs_with_configs(path: Path) -> tuple[pa.Table, list[Any]]:
-    """Jobs of a JSON Lines file without their ``model_config`` objects, and those objects."""
+def _json_jobs_with_configs(path: Path, text: str) -> tuple[pa.Table, list[Any]]:
+    """Jobs of a JSON Lines file (``path``, read as ``text``) without their ``model_config``
+    objects, and those objects."""
     records: list[dict[str, Any]] = []
-    for n, line in enumerate(_text(path).splitlines(), start=1):
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
