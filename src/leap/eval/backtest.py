@@ -23,7 +23,7 @@ import socket
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,8 @@ def run_key(store: Any, catalog: Catalog, cfg: TrainConfig) -> tuple[str, dict[s
             "scenario_sha256": hashlib.sha256(sim["scenario"].encode()).hexdigest()[:16]
             if sim["scenario"] else None},
         "catalog_fingerprint": catalog.fingerprint(),
-        "train_config": asdict(cfg),
+        # Threads change the speed of a fit, never its model.
+        "train_config": {k: v for k, v in asdict(cfg).items() if k != "threads"},
     }
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return digest, settings
@@ -369,7 +370,8 @@ def run_backtest(store_path: Path, catalog: Catalog, cfg: TrainConfig, *, nights
     toml = catalog.to_toml()
     # The last night's model is kept: the ranking and impact studies of `leap report` use it.
     last_model = run_dir / f"model-{wanted[-1]}"
-    tasks = [NightTask(str(Path(store_path).resolve()), toml, d, asdict(cfg), key,
+    task_cfg = asdict(replace(cfg, threads=parallel.task_threads(cfg.threads)))
+    tasks = [NightTask(str(Path(store_path).resolve()), toml, d, task_cfg, key,
                        str(last_model) if d == wanted[-1] else None) for d in todo]
     computed: list[str] = []
     for i, rec in parallel.map(run_night, tasks):

@@ -16,10 +16,11 @@ dicts), so the same call runs anywhere; results come back as they finish. Backen
 
 Dask is imported only when asked for, so ``import leap`` stays cheap.
 
-Scaling: a backtest night is one task (one fit with LightGBM's own 2 threads), so nights
-scale with workers until every night has one; a worker keeps the encoded days of its
-previous night, so fewer workers on consecutive nights waste less. One window too big for
-one machine (``lightgbm.dask``) is not wired in: that belongs to the model's fit.
+Scaling: a backtest night is one task (one fit, on the threads
+:meth:`Parallel.task_threads` gives it), so nights scale with workers until every night has
+one; a worker keeps the encoded days of its previous night, so fewer workers on consecutive
+nights waste less. One window too big for one machine is the model's own business
+(:mod:`leap.model.distributed`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,21 @@ class Parallel:
             return "dask"
         return "serial" if self.workers == 1 else "processes"
 
+    def task_threads(self, threads: int) -> int:
+        """The threads each task may run where one task alone would run ``threads``: all of
+        them in this process; the cores' share of each of ``workers`` local processes; one
+        on Dask, whose workers run a task a thread. More would make tasks that run at once
+        fight over the cores (LightGBM's threads then wait on each other: many times slower).
+
+        >>> Parallel().task_threads(2), Parallel(workers=2, dask="local").task_threads(2)
+        (2, 1)
+        """
+        if self.backend == "serial":
+            return threads
+        if self.backend == "dask":
+            return 1
+        return max(1, min(threads, _cpus() // self.workers))
+
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         """Run ``fn`` on every task; yield ``(index, result)`` as each finishes.
 
@@ -102,9 +118,13 @@ def default_workers(threads_per_task: int = 2) -> int:
     >>> default_workers() >= 1
     True
     """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+    return max(1, _cpus() // max(1, threads_per_task))
+
+
+def _cpus() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
         os.cpu_count() or 1)
-    return max(1, cpus // max(1, threads_per_task))
 
 
 def _map_processes(fn: Callable[[T], R], tasks: Sequence[T],

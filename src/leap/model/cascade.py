@@ -227,7 +227,7 @@ class CascadeModel(_Fitted):
         # Routing only has to find the range (specialists overlap), so the router is small.
         self.router_params = router_params or GBMParams(
             num_leaves=15, learning_rate=0.2, max_rounds=40, min_data_in_leaf=200,
-            objective="multiclass", early_stopping_rounds=5)
+            objective="multiclass", early_stopping_rounds=5, num_threads=self.params.num_threads)
         self.router_max_rows = router_max_rows
 
     def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],

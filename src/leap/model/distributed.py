@@ -37,7 +37,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ from leap.model.train import WindowModel, fit_window
 from leap.model.window import (
     TRAIN_DTYPE,
     DayBlocks,
+    HeldOut,
     Progress,
     TrainConfig,
     day_start,
@@ -114,7 +115,8 @@ def _mute_stdout() -> None:
 
 @dataclass(frozen=True)
 class EncodeTask:
-    """Some consecutive days of a window, for one worker (plain data: it travels)."""
+    """Some consecutive days of a window for one worker to encode (plain data: it
+    travels)."""
 
     directory: str
     catalog: Catalog
@@ -134,6 +136,18 @@ def _encode_task(task: EncodeTask) -> DayBlocks:
     try:
         return encode_days(attempts, builder, task.catalog, task.window_start, task.days,
                            task.cfg, task.spec)
+    finally:
+        builder.close()
+
+
+def _held_out_task(task: EncodeTask) -> HeldOut:
+    """Runs on a worker: the serving snapshot and the held-out day after the window."""
+    as_of = task.window_start + timedelta(days=task.cfg.window_days)
+    attempts = load_attempts(ParquetAttempts(Path(task.directory)),
+                             history_start(as_of, task.cfg), as_of + timedelta(days=1))
+    builder = history_builder(attempts, task.catalog, as_of, task.cfg)
+    try:
+        return held_out_day(attempts, builder, task.catalog, as_of, task.cfg, task.spec)
     finally:
         builder.close()
 
@@ -158,6 +172,10 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
                       progress: Progress | None = None) -> WindowModel:
     """:func:`~leap.model.train.train_window` over an export (:func:`export_parquet`) on the
     cluster behind ``client``: same features, same kind of artifact, evaluated the same way.
+
+    The client only directs and fits what is small: every heavy step runs in a worker, on
+    one LightGBM thread a task (a worker runs one task a thread), so nothing fights over
+    the cores.
     """
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
@@ -167,31 +185,26 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
     head = source.attempts(window_start, as_of, columns=list(_SPEC_COLUMNS)).to_pandas()
     spec = window_spec(succeeded_attempts(head, catalog), catalog, cfg, window_start, as_of)
     del head
-    day_groups = _tasks(window_start, cfg)
+    task_cfg = replace(cfg, threads=1)
     futures = client.map(_encode_task, [
-        EncodeTask(str(directory), catalog, cfg, spec, window_start, days)
-        for days in day_groups], pure=False)
+        EncodeTask(str(directory), catalog, task_cfg, spec, window_start, days)
+        for days in _tasks(window_start, cfg)], pure=False)
+    held_future = client.submit(_held_out_task, EncodeTask(
+        str(directory), catalog, task_cfg, spec, window_start, ()), pure=False)
     small = client.map(_small, futures)
-    rows_X = client.map(operator.attrgetter("X"), futures)
-    # The serving snapshot and held-out day, here, while the workers encode the window.
-    attempts = load_attempts(source, history_start(as_of, cfg), as_of + timedelta(days=1))
-    builder = history_builder(attempts, catalog, as_of, cfg)
-    try:
-        held = held_out_day(attempts, builder, catalog, as_of, cfg, spec)
-    finally:
-        builder.close()
-    del attempts
     parts: list[DayBlocks] = []
     for i, fut in enumerate(small):
         parts.append(fut.result())
         if progress:
             progress("features", i + 1, len(small) + 1)
+    held = held_future.result()
+    X, order = deal_rows(client, client.map(operator.attrgetter("X"), futures),
+                         [len(p.y) for p in parts], len(FEATURE_NAMES))
     del futures
-    X = BlockRows.from_futures(rows_X, [len(p.y) for p in parts], len(FEATURE_NAMES))
-    blocks = DayBlocks(X=X, y=np.concatenate([p.y for p in parts]),
-                       day=np.concatenate([p.day for p in parts]),
-                       masked=np.concatenate([p.masked for p in parts]),
-                       group=np.concatenate([p.group for p in parts]))
+    blocks = DayBlocks(X=X, y=np.concatenate([p.y for p in parts])[order],
+                       day=np.concatenate([p.day for p in parts])[order],
+                       masked=np.concatenate([p.masked for p in parts])[order],
+                       group=np.concatenate([p.group for p in parts])[order])
     timings = {"features_wall_s": time.perf_counter() - t0,
                "snapshot_s": sum(p.snapshot_s for p in parts) + held.snapshot_s,
                "features_s": sum(p.features_s for p in parts) + held.features_s}
@@ -199,6 +212,41 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
         progress("features", len(small) + 1, len(small) + 1)
     ts = training_set(blocks, held, spec, timings)
     return fit_window(ts, catalog, as_of, cfg, progress, DaskFitter(client))
+
+
+def deal_rows(client: Any, blocks: list[Any], sizes: list[int],
+              n_cols: int) -> tuple[BlockRows, np.ndarray]:
+    """Deal the rows of ``blocks`` (futures of matrices, ``sizes`` rows each) over the
+    cluster's workers like cards: row ``i`` of all of them, in order, to worker ``i % W``.
+
+    ``lightgbm.dask`` grows trees on the rows where they lie, and each worker bins some of
+    the features from its own rows alone. Rows left where they were encoded (a week a task)
+    would give a feature its bins from one week: a category that week never saw (a type,
+    a family new since) would share a bin with others, and the model would lose about 4
+    points of accuracy (measured on the test fleet). Dealt, each worker holds a sample of
+    every day and the bins are those of one machine. Returns the dealt rows and ``order``,
+    the position each came from: index the client's per-row arrays with it.
+    """
+    workers = sorted(client.nthreads())
+    n, w = int(sum(sizes)), len(workers)
+    starts = np.cumsum([0, *sizes])
+    dealt, dealt_sizes = [], []
+    for k, worker in enumerate(workers):
+        if k >= n:
+            break
+        # Rows of block b dealt to worker k: its i with (starts[b] + i) % w == k.
+        hands = [client.submit(_every, block, (k - int(starts[b])) % w, w)
+                 for b, block in enumerate(blocks) if sizes[b]]
+        dealt.append(client.submit(np.concatenate, hands, workers=[worker],
+                                   allow_other_workers=False))
+        dealt_sizes.append(len(range(k, n, w)))
+    order = np.concatenate([np.arange(k, n, w) for k in range(w)])
+    return BlockRows.from_futures(dealt, dealt_sizes, n_cols), order
+
+
+def _every(X: np.ndarray, first: int, step: int) -> np.ndarray:
+    """Rows ``first``, ``first + step``, ... of ``X`` (a copy: only they travel)."""
+    return X[first::step].copy()
 
 
 def train_store_dask(store: Store, catalog: Catalog, as_of: datetime, client: Any,

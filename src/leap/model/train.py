@@ -67,8 +67,12 @@ class TrainResult:
 
 
 
+def gbm_params(cfg: TrainConfig) -> GBMParams:
+    return GBMParams(objective=cfg.objective, seed=cfg.seed, num_threads=cfg.threads)
+
+
 def make_model(cfg: TrainConfig) -> GlobalModel | CascadeModel:
-    params = GBMParams(objective=cfg.objective, seed=cfg.seed)
+    params = gbm_params(cfg)
     if cfg.model_kind == "global":
         return GlobalModel(params=params)
     return CascadeModel(n_specialists=cfg.n_specialists, params=params)
@@ -86,8 +90,7 @@ def fit_model(ts: TrainingSet, cfg: TrainConfig, fitter: Fitter | None = None) -
     X_val = np.asarray(ts.X[val])
     names = list(ts.spec.names)
     if ts.masked.any() and "fam_hw_n" in names:
-        split = NoveltySplitModel(seen=make_model(cfg), novel=GlobalModel(
-            params=GBMParams(objective=cfg.objective, seed=cfg.seed)))
+        split = NoveltySplitModel(seen=make_model(cfg), novel=GlobalModel(params=gbm_params(cfg)))
         return split.fit(ts.X, ts.y, base=base, feature_names=names,
                          categorical=ts.spec.categorical, masked=ts.masked, train=~val,
                          val=(X_val, ts.y[val], base[val], ts.masked[val]), fitter=fitter)

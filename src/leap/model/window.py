@@ -64,7 +64,10 @@ class TrainConfig:
     ``interval_coverage`` is the nominal coverage of the prediction intervals.
     ``pair_model`` carries a family's level to types it never ran on with the pair models
     (:mod:`leap.features.pairs`, refit weekly on the two weeks before); off, with the
-    transfer tables alone (the ablation).
+    transfer tables alone (the ablation). ``threads`` is LightGBM's thread count for each fit
+    of this process: the fits are deterministic, so it changes the speed, never the model
+    (where several fits run at once, as in a backtest or on Dask workers, the caller lowers
+    it so they do not oversubscribe the cores).
     """
 
     window_days: int = 30
@@ -79,6 +82,7 @@ class TrainConfig:
     interval_coverage: float = 0.8
     pair_model: bool = True
     seed: int = 0
+    threads: int = 2
 
     def __post_init__(self) -> None:
         if self.window_days < 2:
@@ -94,6 +98,9 @@ class TrainConfig:
         if not 0 < self.interval_coverage < 1:
             raise ModelError(f"interval_coverage must be in (0, 1), got "
                              f"{self.interval_coverage}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) \
+                or self.threads < 1:
+            raise ModelError(f"threads must be a whole number >= 1, got {self.threads!r}")
 
 
 @dataclass
@@ -273,7 +280,8 @@ def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
     """Snapshots (and pair models) from the attempts of ``attempts`` before ``until``."""
     past = attempts[attempts["submitted_at"] < until]
     prepared = _prepared_history(past, catalog, cache)
-    pairs = PairSchedule(succeeded_attempts(past, catalog), catalog, PairParams(seed=cfg.seed),
+    pairs = PairSchedule(succeeded_attempts(past, catalog), catalog,
+                         PairParams(seed=cfg.seed, num_threads=cfg.threads),
                          cache.pairs if cache is not None else None) \
         if cfg.pair_model and cfg.use_history else None
     return HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
