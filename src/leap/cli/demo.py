@@ -14,6 +14,7 @@ from rich.table import Table
 
 from leap.cli import app, console, guarded, workspace
 from leap.cli.model import print_train
+from leap.rank.results import value
 
 DEMO_START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -164,7 +165,7 @@ def _pick_verdict(result: Any, truth: dict[str, float]) -> str:
         return f"no ranking: {result.reason or 'every type was left out'}"
     pick = result.ranking[0]
     true_tp = truth.get(pick.hardware, float("nan"))
-    values = {r.hardware: truth.get(r.hardware, float("nan")) * 3600 / r.cost_per_hour
+    values = {r.hardware: value(truth.get(r.hardware, float("nan")), r.cost_per_hour)
               for r in result.ranking}
     best = max(values, key=lambda n: values[n] if values[n] == values[n] else -1.0)
     regret = 1 - values[pick.hardware] / values[best] if values[best] > 0 else float("nan")

@@ -36,6 +36,7 @@ from leap.data.store import Store
 from leap.data.usage import device_hours, usable_mask
 from leap.metrics import TOLERANCE
 from leap.rank.decisions import read_decisions
+from leap.rank.results import value
 
 DEFAULT_MATCH_WINDOW = timedelta(hours=1)
 #: The figures of each day, in report order (also the Prometheus gauges, ``leap_monitor_*``).
@@ -155,7 +156,7 @@ def day_figures(j: pd.DataFrame, decisions_today: pd.DataFrame) -> dict[str, Any
     lo = j["throughput_p10"].to_numpy(dtype=float)[scored]
     hi = j["throughput_p90"].to_numpy(dtype=float)[scored]
     has = np.isfinite(lo) & np.isfinite(hi)
-    value_used = actual * 3600.0 / j["cost_per_hour"].to_numpy(dtype=float)[scored]
+    value_used = value(actual, j["cost_per_hour"].to_numpy(dtype=float)[scored])
     ratio = value_used / j["first_value"].to_numpy(dtype=float)[scored]
     out.update({
         "scored": int(scored.sum()),

@@ -50,6 +50,7 @@ from leap.eval.baselines import (
     most_used_order,
 )
 from leap.eval.rank_quality import order_quality, random_quality, summarize_quality
+from leap.rank.results import value
 
 __all__ = ["METHODS", "TRUTHS", "availability_rankings", "eligible_names", "job_requests",
            "leap_rankings", "oracle_order", "order_quality", "pick_overprediction",
@@ -234,8 +235,8 @@ def true_values(fleet: Fleet, jobs: pd.DataFrame, candidates: Sequence[Sequence[
     devices = job_devices(jobs)
     out = []
     for d, tps in zip(devices, true_throughputs(fleet, jobs, candidates), strict=True):
-        out.append({n: (t * 3600.0 / (d * costs[n].cost_per_device_hour)
-                        if np.isfinite(t) else 0.0) for n, t in tps.items()})
+        out.append({n: (value(t, d * costs[n].cost_per_device_hour) if np.isfinite(t) else 0.0)
+                    for n, t in tps.items()})
     return out
 
 

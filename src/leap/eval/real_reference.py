@@ -21,6 +21,7 @@ from leap.eval.real_splits import (
     held_out_predictions,
     score,
 )
+from leap.rank.results import value
 
 
 # The published reference figure ----------------------------------------------------------------
@@ -114,17 +115,16 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
     price = load_prices().set_index("hardware")["median_usd"]
     priced = rows["hardware"].isin(price.index).to_numpy()
     config = group_codes(rows, CONFIG_KEY)
-    measured = rows[TARGET].to_numpy(float) * 3600.0 / rows["hardware"].map(price).to_numpy(
-        float)
+    measured = value(rows[TARGET].to_numpy(float), rows["hardware"].map(price).to_numpy(float))
     n_configs = int(pd.Series(config[priced]).value_counts().ge(2).sum())
     out: dict[str, Any] = {"configurations": n_configs, "methods": {}}
     # A yardstick that needs no prediction at all: rank by price alone (cheapest first).
     cheapest = {"cheapest_type": CheapestType(price.to_dict())}
     preds = _reference_predictions(rows, {**cheapest, **predictors}, cat, predictions, parallel)
     for name, (pred, _) in preds.items():
-        value = pred * 3600.0 / rows["hardware"].map(price).to_numpy(float)
+        predicted = value(pred, rows["hardware"].map(price).to_numpy(float))
         frame = pd.DataFrame({"config": config, "measured": measured,
-                              "predicted": np.where(value > 0, value, np.nan)})[priced]
+                              "predicted": np.where(predicted > 0, predicted, np.nan)})[priced]
         agree: list[bool] = []
         regret: list[float] = []
         # The measured best is over every priced type, so a type a method cannot predict

@@ -17,7 +17,7 @@ import numpy as np
 
 from leap.catalog import Catalog, Hardware
 from leap.features.encode import FEATURE_NAMES, NOVELTY_GROUPS
-from leap.rank.results import DEFAULT_RISK, Excluded, RankedType
+from leap.rank.results import DEFAULT_RISK, Excluded, RankedType, value
 
 if TYPE_CHECKING:
     from leap.rank.serving import Serving
@@ -248,7 +248,7 @@ def rank_rows(serving: Serving, job: dict[str, Any], names: list[str], costs: Ca
             continue
         ranking.append(RankedType(
             hardware=n, predicted_throughput=tp_[i], cost_per_hour=float(cost_h),
-            value=tp_[i] * 3600.0 / cost_h,
+            value=value(tp_[i], cost_h),
             predicted_utilization=mfu if mfu is None or math.isfinite(mfu) else None,
             speedup=speedup if speedup is None or math.isfinite(speedup) else None,
             devices=devices,
