@@ -288,3 +288,15 @@ def test_the_schedule_reads_only_the_two_weeks_before_the_last_refit_day(
     cache: dict = {}
     schedule = PairSchedule(spread, CAT, FAST, cache)
     assert schedule(t) is schedule(day) and len(cache) == 1
+    # The night served at t's midnight reads the two weeks just before it: what ran since
+    # the refit day (a new type's first days, trials) counts at once.
+    served = day + timedelta(days=2)
+    fresh = PairSchedule(spread, CAT, FAST, fresh_at=served)
+    assert fresh(day + timedelta(days=1)).fingerprint() == a.fingerprint()  # before: as ever
+    since = (spread["submitted_at"] >= day) & (spread["submitted_at"] < served)
+    assert since.any()
+    late = spread.copy()
+    late.loc[since, "throughput"] *= 50.0
+    assert fresh(served).fingerprint() != a.fingerprint()
+    assert PairSchedule(late, CAT, FAST, fresh_at=served)(served).fingerprint() \
+        != fresh(served).fingerprint()

@@ -30,7 +30,10 @@ Point in time: pair models are refit every :data:`REFIT_DAYS` days (days aligned
 epoch), each on the :data:`PAIR_DAYS` days before its refit day. A snapshot as of ``t``
 reads the model of the last refit day at or before ``t`` (:class:`PairSchedule`), so a
 training row, like a served job, only reads ratios learned before its own day, and
-consecutive nights share their models.
+consecutive nights share their models. The snapshot a night serves (and its held-out day) is
+the exception: its pair model is fit on the :data:`PAIR_DAYS` days just before it, so what
+ran since the last refit (a new type's first days, trial jobs) teaches the ratios at once
+rather than up to a week later.
 """
 
 from __future__ import annotations
@@ -489,22 +492,26 @@ class PairSchedule:
     """The pair model as of any time: the one fit on the :data:`PAIR_DAYS` days of
     ``attempts`` before the last refit day (:func:`refit_day`); ``None`` where too few.
 
-    ``attempts`` are succeeded attempts with positive throughput. ``cache`` (shared by
-    consecutive nights) maps ``(refit day, rows, params)`` to a fitted model.
+    ``attempts`` are succeeded attempts with positive throughput. From ``fresh_at`` on (the
+    time a night serves), the model is fit on the days just before that day instead. ``cache``
+    (shared by consecutive nights) maps ``(fit day, rows, params)`` to a fitted model.
     """
 
     def __init__(self, attempts: pd.DataFrame, catalog: Catalog, params: PairParams | None = None,
-                 cache: MutableMapping[tuple[str, int, str], PairModel | None] | None = None
-                 ) -> None:
+                 cache: MutableMapping[tuple[str, int, str], PairModel | None] | None = None,
+                 fresh_at: datetime | None = None) -> None:
         self.attempts = attempts
         self.catalog = catalog
         self.params = params or PairParams()
+        self.fresh_at = fresh_at
         self.cache: MutableMapping[tuple[str, int, str], PairModel | None] = \
             cache if cache is not None else {}
         self._at = pd.DatetimeIndex(pd.to_datetime(attempts["submitted_at"], utc=True))
 
     def __call__(self, as_of: datetime) -> PairModel | None:
         day = refit_day(as_of)
+        if self.fresh_at is not None and as_of >= self.fresh_at:
+            day = _EPOCH + timedelta(days=(as_of.astimezone(UTC) - _EPOCH) // timedelta(days=1))
         rows = np.flatnonzero((self._at >= day - timedelta(days=PAIR_DAYS)) & (self._at < day))
         key = (day.date().isoformat(), len(rows), repr(self.params))
         if key not in self.cache:

@@ -11,13 +11,15 @@ The path, for a window too large for one machine (or a cluster already at hand):
    (:func:`~leap.model.window.history_start`), builds the history snapshot of each day and
    encodes that day's rows and masked rows (:func:`~leap.model.window.encode_days`: the very
    code of a one-machine run, so the rows are the same). The encoded rows stay in the
-   workers' memory; only targets, days and flags (a few bytes a row) come back.
-3. The model is fit on those rows where they lie: each specialist and the novel-rows model
-   are grown by ``lightgbm.dask`` (data-parallel, every worker on its own rows); the router,
+   workers' memory; only targets, days and flags (a few bytes a row) come back. Another
+   worker builds the serving snapshot and the held-out day the same way.
+3. The rows are dealt over the workers (:func:`deal_rows`: each holds every W-th row, so
+   each bins its features on a sample of the whole window) and the model is fit on them
+   where they lie: each specialist and the novel-rows model are grown by ``lightgbm.dask``
+   (data-parallel, every worker on its own rows); the router,
    fit on a 100,000-row sample, and the early-stopping and interval rows (the last day) are
    small and come to the client.
-4. The serving snapshot and the held-out day are built on the client from the export; the
-   artifact is written by the same code as ever.
+4. The artifact is written by the same code as ever.
 
 Early stopping: distributed LightGBM has no safe early-stopping callback (each worker would
 judge its own rows and could stop at a different round). :class:`DaskFitter` grows the full

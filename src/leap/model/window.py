@@ -282,7 +282,7 @@ def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
     prepared = _prepared_history(past, catalog, cache)
     pairs = PairSchedule(succeeded_attempts(past, catalog), catalog,
                          PairParams(seed=cfg.seed, num_threads=cfg.threads),
-                         cache.pairs if cache is not None else None) \
+                         cache.pairs if cache is not None else None, fresh_at=until) \
         if cfg.pair_model and cfg.use_history else None
     return HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
 
