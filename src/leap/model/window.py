@@ -277,7 +277,9 @@ def history_start(t: datetime, cfg: TrainConfig) -> datetime:
 
 def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
                     cfg: TrainConfig, cache: EncodeCache | None = None) -> HistoryBuilder:
-    """Snapshots (and pair models) from the attempts of ``attempts`` before ``until``."""
+    """Snapshots (and pair models) from the attempts of ``attempts`` before ``until``; the
+    snapshot as of ``until`` itself (the night served) reads a pair model fit just before it
+    (see :class:`~leap.features.pairs.PairSchedule`)."""
     past = attempts[attempts["submitted_at"] < until]
     prepared = _prepared_history(past, catalog, cache)
     pairs = PairSchedule(succeeded_attempts(past, catalog), catalog,
