@@ -143,7 +143,8 @@ def _encode_task(task: EncodeTask) -> DayBlocks:
 
 
 def _held_out_task(task: EncodeTask) -> HeldOut:
-    """Runs on a worker: the serving snapshot and the held-out day after the window."""
+    """Runs on a worker: the serving snapshot and the held-out day after the window
+    (``task.days`` is not read)."""
     as_of = task.window_start + timedelta(days=task.cfg.window_days)
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
                              history_start(as_of, task.cfg), as_of + timedelta(days=1))
