@@ -22,7 +22,7 @@ from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.schema import JOB_COLUMNS
 from leap.data.store import Store
-from leap.eval.monitor import MonitorCollector, join_outcomes, monitor
+from leap.eval.monitor import FIGURES, MonitorCollector, MonitorDay, join_outcomes, monitor
 from leap.model.artifact import Registry
 from leap.rank.decisions import DecisionLog, decisions_path, read_decisions
 from leap.rank.ranker import Ranker
@@ -181,7 +181,13 @@ def test_monitor_gauges_in_metrics(fresh_copy: Workspace, tmp_path: Path) -> Non
     assert fams["leap_monitor_matched"].samples[0].value == 5
     assert fams["leap_monitor_day_info"].samples[0].labels["date"] == DAY.date().isoformat()
     report = monitor(ws.store_path, decisions_path(ws.home))
-    assert report.latest is not None and report.latest["matched"] == 5
+    latest = report.latest
+    assert latest is not None and latest.matched == 5 and latest.figure("matched") == 5
+    data = report.to_dict()
+    assert list(data["latest"]) == ["date", *FIGURES]
+    assert MonitorDay.from_dict(data["latest"]) == latest
+    with pytest.raises(KeyError, match="unknown monitor figure 'match'"):
+        latest.figure("match")
     dec, _ = read_decisions(decisions_path(ws.home))
     assert len(dec) == 5
 

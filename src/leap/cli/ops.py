@@ -75,7 +75,7 @@ def monitor(
               title_justify="left")
     t.add_column("figure")
     for d in days:
-        t.add_column(d["date"], justify="right")
+        t.add_column(d.date, justify="right")
 
     def ratio(x: Any) -> str:
         return "—" if x is None else f"{x:.2f}x"
@@ -94,5 +94,5 @@ def monitor(
             ("value used / 1st predicted", "value_ratio_median", ratio),
             ("decisions", "decisions", count), ("fail-open", "fail_open", count)]
     for label, key, fmt in rows:
-        t.add_row(label, *(fmt(d[key]) for d in days))
+        t.add_row(label, *(fmt(d.figure(key)) for d in days))
     console.print(t)

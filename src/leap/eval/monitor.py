@@ -23,7 +23,7 @@ Per day (of ``submitted_at``, UTC)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,6 +34,7 @@ import pandas as pd
 
 from leap.data.store import Store
 from leap.data.usage import device_hours, usable_mask
+from leap.eval.records import Record
 from leap.metrics import TOLERANCE
 from leap.rank.decisions import read_decisions
 from leap.rank.results import value
@@ -51,21 +52,54 @@ _ATTEMPT_COLS = ["attempt_id", "family_id", "submitted_at", "hardware", "status"
 
 
 @dataclass(frozen=True)
+class MonitorDay(Record):
+    """The figures of one day (see the module docstring; None where nothing was scored)."""
+
+    date: str
+    attempts: int
+    gpu_hours: float
+    matched: int
+    covered: int
+    coverage_attempts: float | None
+    coverage_gpu_hours: float | None
+    first_choice_share: float | None
+    first_choice_share_gpu_hours: float | None
+    top3_share: float | None
+    top3_share_gpu_hours: float | None
+    scored: int
+    within_20: float | None
+    mdape: float | None
+    interval_coverage: float | None
+    value_ratio_median: float | None
+    decisions: int
+    fail_open: int
+
+    def figure(self, name: str) -> float | None:
+        """The figure called ``name`` (one of :data:`FIGURES`)."""
+        if name not in FIGURES:
+            raise KeyError(f"unknown monitor figure {name!r}; one of {', '.join(FIGURES)}")
+        found: float | None = getattr(self, name)
+        return found
+
+
+@dataclass(frozen=True)
 class MonitorReport:
     """Per-day figures (oldest first) and how attempts were matched."""
 
-    days: list[dict[str, Any]]
+    days: list[MonitorDay]
     match_window_minutes: float
     matched_by_id: int = 0
     matched_by_family_time: int = 0
     joined: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     @property
-    def latest(self) -> dict[str, Any] | None:
+    def latest(self) -> MonitorDay | None:
         return self.days[-1] if self.days else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"days": self.days, "latest": self.latest,
+        latest = self.latest
+        return {"days": [d.to_dict() for d in self.days],
+                "latest": None if latest is None else latest.to_dict(),
                 "match_window_minutes": self.match_window_minutes,
                 "matched_by_id": self.matched_by_id,
                 "matched_by_family_time": self.matched_by_family_time}
@@ -132,22 +166,13 @@ def _share(mask: np.ndarray, weights: np.ndarray | None = None) -> float | None:
     return float((weights * mask).sum() / total) if total > 0 else None
 
 
-def day_figures(j: pd.DataFrame, decisions_today: pd.DataFrame) -> dict[str, Any]:
-    """The figures of one day from :func:`join_outcomes` rows (see the module docstring)."""
+def day_figures(date: str, j: pd.DataFrame, decisions_today: pd.DataFrame) -> MonitorDay:
+    """The figures of day ``date`` from :func:`join_outcomes` rows (see the module docstring)."""
     gh = device_hours(j)
     matched = j["decision_id"].notna().to_numpy()
     covered = matched & (j["n_ranked"].fillna(0).to_numpy() > 0)
     pos = j["position"].to_numpy(dtype=float)
     c = covered
-    out: dict[str, Any] = {
-        "attempts": len(j), "gpu_hours": float(gh.sum()), "matched": int(matched.sum()),
-        "covered": int(covered.sum()), "coverage_attempts": _share(covered),
-        "coverage_gpu_hours": _share(covered, gh),
-        "first_choice_share": _share(pos[c] == 1) if c.any() else None,
-        "first_choice_share_gpu_hours": _share(pos[c] == 1, gh[c]) if c.any() else None,
-        "top3_share": _share(pos[c] <= 3) if c.any() else None,
-        "top3_share_gpu_hours": _share(pos[c] <= 3, gh[c]) if c.any() else None,
-    }
     tp = j["throughput"].to_numpy(dtype=float)
     scored = c & np.isfinite(pos) & usable_mask(j)
     pred = j["predicted_throughput"].to_numpy(dtype=float)[scored]
@@ -158,18 +183,24 @@ def day_figures(j: pd.DataFrame, decisions_today: pd.DataFrame) -> dict[str, Any
     has = np.isfinite(lo) & np.isfinite(hi)
     value_used = value(actual, j["cost_per_hour"].to_numpy(dtype=float)[scored])
     ratio = value_used / j["first_value"].to_numpy(dtype=float)[scored]
-    out.update({
-        "scored": int(scored.sum()),
-        "within_20": float((err <= TOLERANCE).mean()) if len(err) else None,
-        "mdape": float(np.median(err)) if len(err) else None,
-        "interval_coverage": float(((lo[has] <= actual[has]) & (actual[has] <= hi[has])).mean())
+    return MonitorDay(
+        date=date, attempts=len(j), gpu_hours=float(gh.sum()), matched=int(matched.sum()),
+        covered=int(covered.sum()), coverage_attempts=_share(covered),
+        coverage_gpu_hours=_share(covered, gh),
+        first_choice_share=_share(pos[c] == 1) if c.any() else None,
+        first_choice_share_gpu_hours=_share(pos[c] == 1, gh[c]) if c.any() else None,
+        top3_share=_share(pos[c] <= 3) if c.any() else None,
+        top3_share_gpu_hours=_share(pos[c] <= 3, gh[c]) if c.any() else None,
+        scored=int(scored.sum()),
+        within_20=float((err <= TOLERANCE).mean()) if len(err) else None,
+        mdape=float(np.median(err)) if len(err) else None,
+        interval_coverage=float(((lo[has] <= actual[has]) & (actual[has] <= hi[has])).mean())
         if has.any() else None,
-        "value_ratio_median": float(np.median(ratio)) if len(ratio) else None,
-        "decisions": len(decisions_today),
-        "fail_open": int(decisions_today["fail_open"].astype(bool).sum())
+        value_ratio_median=float(np.median(ratio)) if len(ratio) else None,
+        decisions=len(decisions_today),
+        fail_open=int(decisions_today["fail_open"].astype(bool).sum())
         if len(decisions_today) else 0,
-    })
-    return out
+    )
 
 
 def monitor(store_path: Path, decisions_file: Path, *, start: datetime | None = None,
@@ -207,14 +238,14 @@ def monitor(store_path: Path, decisions_file: Path, *, start: datetime | None = 
     with Store(store_path, read_only=True) as store:
         attempts = store.attempts(start, end, columns=_ATTEMPT_COLS).to_pandas()
     j = join_outcomes(attempts, dec, ent, match_window=match_window)
-    days: list[dict[str, Any]] = []
+    days: list[MonitorDay] = []
     if len(j):
         day = j["submitted_at"].dt.floor("D")
         dec_day = _utc_series(dec["launch_at"]).dt.floor("D") if len(dec) else pd.Series([])
         for d in sorted(day.unique()):
             today = dec[(dec_day == d).to_numpy()] if len(dec) else dec
-            days.append({"date": pd.Timestamp(d).date().isoformat(),
-                         **day_figures(j[(day == d).to_numpy()], today)})
+            days.append(day_figures(pd.Timestamp(d).date().isoformat(),
+                                    j[(day == d).to_numpy()], today))
     by = j["matched_by"] if len(j) else pd.Series([], dtype=object)
     return MonitorReport(days, window_min, int((by == "id").sum()),
                          int((by == "family_time").sum()), joined=j)
@@ -224,18 +255,19 @@ def _clean(v: Any) -> float:
     return float("nan") if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
-def gauges(latest: Mapping[str, Any] | None) -> Iterable[Any]:
+def gauges(latest: MonitorDay | None) -> Iterable[Any]:
     """Prometheus gauges ``leap_monitor_<figure>`` of one day's figures (NaN when unknown)."""
     from prometheus_client.core import GaugeMetricFamily
 
     day = GaugeMetricFamily("leap_monitor_day_info", "The day the leap_monitor_* gauges "
                             "describe (value 1)", labels=["date"])
-    if latest:
-        day.add_metric([str(latest["date"])], 1.0)
+    if latest is not None:
+        day.add_metric([str(latest.date)], 1.0)
     yield day
     for name in FIGURES:
         yield GaugeMetricFamily(f"leap_monitor_{name}", f"leap monitor: {name} on the latest "
-                                "day with attempts", value=_clean((latest or {}).get(name)))
+                                "day with attempts",
+                                value=_clean(None if latest is None else latest.figure(name)))
 
 
 class MonitorCollector:

@@ -121,18 +121,18 @@ class Dashboard:
                     f"section fills in (see <code>leap monitor</code>){why}.</p>")
         days = report.days[-14:]
         last = days[-1]
-        cards = [_card(f"coverage ({last['date']})", _pct(last["coverage_attempts"]),
+        cards = [_card(f"coverage ({last.date})", _pct(last.coverage_attempts),
                        "live-coverage"),
-                 _card("coverage of GPU-hours", _pct(last["coverage_gpu_hours"])),
-                 _card("on first choice", _pct(last["first_choice_share"])),
-                 _card("in top 3", _pct(last["top3_share"])),
-                 _card("live within ±20%", _pct(last["within_20"]), "live-accuracy"),
-                 _card("live MdAPE", _pct(last["mdape"])),
-                 _card("in 80% interval", _pct(last["interval_coverage"]))]
-        rows = [[_e(d["date"]), f"{d['attempts']:,}", _pct(d["coverage_attempts"]),
-                 _pct(d["coverage_gpu_hours"]), _pct(d["first_choice_share"]),
-                 _pct(d["top3_share"]), _pct(d["within_20"]), _pct(d["mdape"]),
-                 _pct(d["interval_coverage"]), f"{d['fail_open']:,}"] for d in days]
+                 _card("coverage of GPU-hours", _pct(last.coverage_gpu_hours)),
+                 _card("on first choice", _pct(last.first_choice_share)),
+                 _card("in top 3", _pct(last.top3_share)),
+                 _card("live within ±20%", _pct(last.within_20), "live-accuracy"),
+                 _card("live MdAPE", _pct(last.mdape)),
+                 _card("in 80% interval", _pct(last.interval_coverage))]
+        rows = [[_e(d.date), f"{d.attempts:,}", _pct(d.coverage_attempts),
+                 _pct(d.coverage_gpu_hours), _pct(d.first_choice_share),
+                 _pct(d.top3_share), _pct(d.within_20), _pct(d.mdape),
+                 _pct(d.interval_coverage), f"{d.fail_open:,}"] for d in days]
         return ('<div class="cards">' + "".join(cards) + "</div>"
                 '<img id="live-plot" src="/dashboard/live.png" alt="live figures per day">'
                 + _table(["day", "attempts", "coverage", "coverage GPU-h", "1st choice",
@@ -215,8 +215,8 @@ class Dashboard:
         keys = {"coverage": "coverage_attempts", "on first choice": "first_choice_share",
                 "in top 3": "top3_share", "live within ±20%": "within_20",
                 "in 80% interval": "interval_coverage"}
-        return _plot([d["date"] for d in days], {k: [d[v] for d in days] for k, v in
-                                                 keys.items()}, "live figures per day")
+        return _plot([d.date for d in days], {k: [d.figure(v) for d in days] for k, v in
+                                              keys.items()}, "live figures per day")
 
 
 def _plot(x: list[str], series: dict[str, list[Any]], title: str) -> bytes:
