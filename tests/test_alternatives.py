@@ -57,9 +57,10 @@ def test_every_method_is_scored_on_the_same_attempts(study: AlternativesResult) 
     leap = by["leap (cascade + novel-rows model)"]
     assert leap.accuracy > by["leap without history features"].accuracy
     assert leap.accuracy > by["analytic roofline alone"].accuracy
-    json.dumps(study.to_dict())
-    (table,) = [t for t in report_tables({"alternatives": study.to_dict()})
-                if t.key == "alternatives"]
+    text = json.dumps(study.to_dict())
+    back = AlternativesResult.from_dict(json.loads(text))
+    assert json.dumps(back.to_dict()) == text and back.methods[0].name == study.methods[0].name
+    (table,) = [t for t in report_tables(alternatives=back) if t.key == "alternatives"]
     assert len(table.rows) == len(study.methods)
 
 

@@ -153,7 +153,7 @@ def test_night_figures_match_the_definitions(
     assert seen["n"] + unseen["n"] == held["n"]
     assert isinstance(night["lookup"], dict)
     lookup = dict(night["lookup"])  # a copy: the fixture's nights are shared
-    again = lookup_comparison(ed.past, ed.held, ed.held_pred, ed.artifact.catalog)
+    again = lookup_comparison(ed.past, ed.held, ed.held_pred, ed.artifact.catalog).to_dict()
     assert lookup.pop("keys") == again.pop("keys")
     # NaN-safe: a group without rows has NaN figures.
     assert json.dumps(lookup.pop("spec_ratio_transfer"), sort_keys=True) == json.dumps(

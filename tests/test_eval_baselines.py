@@ -94,19 +94,19 @@ def test_lookup_comparison_by_hand_in_both_weightings() -> None:
     # GPU-hours: trainers x devices x hours = 1, 20, 1, 2.
     leap = np.array([30.0, 95.0, 7.5, 11.0])
     r = lookup_comparison(PAST, day, leap)
-    assert r["n"] == 4 and r["n_covered"] == 3
-    assert r["table_coverage"] == pytest.approx(3 / 4)
-    assert r["table_coverage_gpu_hours"] == pytest.approx(22 / 24)
-    assert r["leap_coverage"] == 1.0
-    assert r["table_accuracy_covered"] == pytest.approx(2 / 3)
-    assert r["leap_accuracy_covered"] == pytest.approx(2 / 3)
-    assert r["table_accuracy_covered_gpu_hours"] == pytest.approx(2 / 22)
-    assert r["leap_accuracy_covered_gpu_hours"] == pytest.approx(21 / 22)
-    assert r["leap_accuracy_all"] == pytest.approx(3 / 4)
-    assert r["leap_accuracy_all_gpu_hours"] == pytest.approx(23 / 24)
-    assert r["table_accuracy_all"] == pytest.approx(2 / 4)
+    assert r.n == 4 and r.n_covered == 3
+    assert r.table_coverage == pytest.approx(3 / 4)
+    assert r.table_coverage_gpu_hours == pytest.approx(22 / 24)
+    assert r.leap_coverage == 1.0
+    assert r.table_accuracy_covered == pytest.approx(2 / 3)
+    assert r.leap_accuracy_covered == pytest.approx(2 / 3)
+    assert r.table_accuracy_covered_gpu_hours == pytest.approx(2 / 22)
+    assert r.leap_accuracy_covered_gpu_hours == pytest.approx(21 / 22)
+    assert r.leap_accuracy_all == pytest.approx(3 / 4)
+    assert r.leap_accuracy_all_gpu_hours == pytest.approx(23 / 24)
+    assert r.table_accuracy_all == pytest.approx(2 / 4)
     # |20/21 - 1| = 0.048, |50/100 - 1| = 0.5, 0 -> median 0.048.
-    assert r["table_median_ape_covered"] == pytest.approx(1 / 21)
+    assert r.table_median_ape_covered == pytest.approx(1 / 21)
     with pytest.raises(DataError, match="one per held-out attempt"):
         lookup_comparison(PAST, day, leap[:2])
 
@@ -114,10 +114,10 @@ def test_lookup_comparison_by_hand_in_both_weightings() -> None:
 def test_a_missing_leap_prediction_costs_coverage_and_counts_as_a_miss() -> None:
     day = attempts([("f", "A", 1, 8, "succeeded", 20.0), ("h", "A", 1, 8, "succeeded", 10.0)])
     r = lookup_comparison(PAST, day, np.array([np.nan, 10.0]))
-    assert r["leap_coverage"] == 0.5
-    assert r["leap_accuracy_covered"] == 0.0
-    assert r["leap_accuracy_all"] == 0.5
-    assert math.isnan(r["table_accuracy_covered_gpu_hours"])  # no duration_hours: no weight
+    assert r.leap_coverage == 0.5
+    assert r.leap_accuracy_covered == 0.0
+    assert r.leap_accuracy_all == 0.5
+    assert math.isnan(r.table_accuracy_covered_gpu_hours)  # no duration_hours: no weight
 
 
 CAT = Catalog.default()
@@ -192,9 +192,9 @@ def test_transfer_comparison_scores_both_on_the_unobserved_rows_the_rule_answers
                  ("f", "A100-SXM4-80GB", 8, 100.0), ("new", "H100-SXM", 8, 9.0)])
     leap = np.array([240.0, 300.0, 100.0, 9.0])
     r = transfer_comparison(past, day, leap, cat)
-    assert r["unobserved_pair_1"]["n"] == 1 and r["unobserved_pair_3plus"]["n"] == 1
-    assert r["unobserved_pair_2"]["n"] == 0 and r["all"]["n"] == 2
-    assert r["unobserved_pair_1"]["leap_accuracy"] == 1.0       # 240 vs 250
-    assert r["unobserved_pair_3plus"]["leap_accuracy"] == 0.0   # 300 vs 100
+    assert r.unobserved_pair_1.n == 1 and r.unobserved_pair_3plus.n == 1
+    assert r.unobserved_pair_2.n == 0 and r.all.n == 2
+    assert r.unobserved_pair_1.leap_accuracy == 1.0       # 240 vs 250
+    assert r.unobserved_pair_3plus.leap_accuracy == 0.0   # 300 vs 100
     est = SpecRatioTransfer(cat).fit(past).predict(day)
-    assert r["unobserved_pair_1"]["rule_accuracy"] == float(abs(est[0] / 250.0 - 1) <= 0.2)
+    assert r.unobserved_pair_1.rule_accuracy == float(abs(est[0] / 250.0 - 1) <= 0.2)

@@ -4,9 +4,9 @@ fleet (cost x value = 1, first choice never costs more, parts sum, the optimum b
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +18,13 @@ from leap.config import Workspace
 from leap.data.store import Store
 from leap.errors import DataError
 from leap.eval.impact import DayArms, impact_study, replay_day
-from leap.eval.impact_summary import ARMS, arm_costs_by_day, replay_costs, summarize
+from leap.eval.impact_summary import (
+    ARMS,
+    ImpactFigures,
+    arm_costs_by_day,
+    replay_costs,
+    summarize,
+)
 from leap.eval.ranking import (
     availability_rankings,
     eligible_names,
@@ -153,17 +159,17 @@ def day(trained_workspace: Workspace) -> tuple[DayArms, Fleet]:
 
 
 @pytest.fixture(scope="module")
-def study(day: tuple[DayArms, Fleet]) -> dict[str, Any]:
+def study(day: tuple[DayArms, Fleet]) -> ImpactFigures:
     return summarize([day[0]])
 
 
 def test_no_advice_reproduces_history(day: tuple[DayArms, Fleet],
-                                      study: dict[str, Any]) -> None:
+                                      study: ImpactFigures) -> None:
     d, _ = day
     base = d.placements["baseline"]
     assert (base.hardware == d.problem.home).all()
     assert (base.kind == KINDS.index("home")).all()
-    assert study["arms"]["baseline"]["cost_change"] == 0.0
+    assert study.arms["baseline"].cost_change == 0.0
     assert (np.asarray(d.problem.names)[d.problem.home]
             == d.jobs["hardware"].astype(str).to_numpy()).all()
 
@@ -208,13 +214,13 @@ def test_with_unlimited_capacity_the_greedy_oracle_is_its_first_choice(
 
 
 def test_parts_sum_to_the_total_and_the_optimum_bounds_every_arm(
-        day: tuple[DayArms, Fleet], study: dict[str, Any]) -> None:
+        day: tuple[DayArms, Fleet], study: ImpactFigures) -> None:
     d, _ = day
-    assert list(study["arms"]) == list(ARMS)
-    for name, a in study["arms"].items():
-        assert sum(a["parts"].values()) == pytest.approx(a["cost_change"], abs=1e-9), name
-        assert sum(a["placement"].values()) == study["n_attempts"]
-        assert a["cost_change"] >= study["arms"]["optimum"]["cost_change"] - 1e-7, name
+    assert list(study.arms) == list(ARMS)
+    for name, a in study.arms.items():
+        assert sum(a.parts.values()) == pytest.approx(a.cost_change, abs=1e-9), name
+        assert sum(a.placement.values()) == study.n_attempts
+        assert a.cost_change >= study.arms["optimum"].cost_change - 1e-7, name
     costs = arm_costs_by_day([d])
     assert costs["optimum"][0].total.sum() == pytest.approx(d.optimum.cost, rel=1e-9)
     assert d.optimum.cost <= min(c[0].total.sum() for c in costs.values()) * (1 + 1e-7)
@@ -222,27 +228,38 @@ def test_parts_sum_to_the_total_and_the_optimum_bounds_every_arm(
     assert (d.within_budget.wait_share == 0).all()
     assert d.optimum.cost <= d.within_budget.cost * (1 + 1e-7)
     assert d.within_budget.cost <= d.problem.baseline_cost.sum() * (1 + 1e-7)
-    hl = study["headline"]
-    assert hl["optimum_saving"] == pytest.approx(-study["arms"]["optimum"]["cost_change"])
-    assert hl["optimum_saving"] > 0  # the budgets leave room to save
+    hl = study.headline
+    assert hl.optimum_saving == pytest.approx(-study.arms["optimum"].cost_change)
+    assert hl.optimum_saving > 0  # the budgets leave room to save
     for arm in ("leap", "leap_aware", "greedy_oracle"):
-        assert hl[arm]["share_of_optimum"] <= 1.0 + 1e-7
-    assert 0.95 <= study["coverage"]["attempts"] <= 1.0
+        h = hl.arm(arm)
+        assert h is not None and h.share_of_optimum <= 1.0 + 1e-7
+    assert 0.95 <= study.coverage.attempts <= 1.0
 
 
-def test_advice_is_followed_and_the_figures_are_consistent(study: dict[str, Any]) -> None:
-    leap = study["arms"]["leap"]
-    assert leap["placement"]["on_advice"] > 0
-    assert 0.0 < leap["first_choice_attempts"] <= 1.0
-    assert leap["first_choice_attempts"] == pytest.approx(
-        leap["placement"]["on_advice"] / study["n_attempts"])
+def test_advice_is_followed_and_the_figures_are_consistent(study: ImpactFigures) -> None:
+    leap = study.arms["leap"]
+    assert leap.placement["on_advice"] > 0
+    assert 0.0 < leap.first_choice_attempts <= 1.0
+    assert leap.first_choice_attempts == pytest.approx(
+        leap.placement["on_advice"] / study.n_attempts)
     # The aware arm offers types with room first: fewer first choices found full.
-    assert study["arms"]["leap_aware"]["herding"]["first_choice_full_share"] <= \
-        leap["herding"]["first_choice_full_share"]
-    assert leap["top_contributors"]
-    assert abs(leap["top_contributors"][0]["cost_change"]) >= \
-        abs(leap["top_contributors"][-1]["cost_change"])
-    assert sum(b["attempts"] for b in leap["bands"].values()) == study["n_attempts"]
+    aware, herding = study.arms["leap_aware"].herding, leap.herding
+    assert aware is not None and herding is not None
+    assert aware.first_choice_full_share <= herding.first_choice_full_share
+    assert study.arms["optimum"].herding is None
+    assert leap.top_contributors
+    assert abs(leap.top_contributors[0].cost_change) >= \
+        abs(leap.top_contributors[-1].cost_change)
+    assert sum(b.attempts for b in leap.bands.values()) == study.n_attempts
+
+
+def test_figures_read_back_to_the_same_json(study: ImpactFigures) -> None:
+    text = json.dumps(study.to_dict())
+    data = json.loads(text)
+    assert "herding" not in data["arms"]["optimum"] and "herding" in data["arms"]["leap"]
+    assert list(data["headline"])[-3:] == ["leap", "leap_aware", "greedy_oracle"]
+    assert json.dumps(ImpactFigures.from_dict(data).to_dict()) == text
 
 
 def test_the_folded_answers_equal_the_rankers_own(trained_workspace: Workspace,

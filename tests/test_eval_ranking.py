@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ from leap.data.store import Store
 from leap.errors import DataError
 from leap.eval.ranking import (
     METHODS,
+    RankingFigures,
     eligible_names,
     job_requests,
     leap_rankings,
@@ -160,24 +162,26 @@ def test_ranking_study_on_the_small_fleet(trained_workspace: Workspace) -> None:
         jobs = load_attempts(store, day, day + timedelta(days=1))
     ranker = Ranker(art)
     r = ranking_study(ranker, fleet, jobs, past, art.catalog, sample=60, seed=1)
-    assert r["n_sampled"] == 60
-    assert set(r["methods"]) == set(METHODS)
-    n = {m["n"] for m in r["methods"].values()}
+    assert r.n_sampled == 60
+    assert set(r.methods) == set(METHODS)
+    n = {m["n"] for m in r.methods.values()}
     assert len(n) == 1  # every method scored on the same jobs
-    assert r["leap_coverage"] >= 0.9
-    for m in r["methods"].values():
+    assert r.leap_coverage >= 0.9
+    for m in r.methods.values():
         assert 0.0 <= m["top1_agreement"] <= 1.0 and 0.0 <= m["mean_regret"] <= 1.0
     # LEAP on the types each family ran on is far better than on the ones it never did.
-    pvt = r["prediction_vs_truth"]
+    pvt = r.prediction_vs_truth
     assert pvt["with_hardware_history"]["n"] > 0 and pvt["without_hardware_history"]["n"] > 0
     assert pvt["with_hardware_history"]["accuracy"] > 0.5
     # Same seed, same sample, same numbers.
     again = ranking_study(ranker, fleet, jobs, past, art.catalog, sample=60, seed=1)
-    assert again["methods"] == r["methods"]
+    assert again.methods == r.methods
     # Both truths score every method on the same jobs. Without any premium type the two
     # truths agree; the policy truth only ever removes premium types.
-    assert set(r["methods_all_types"]) == set(METHODS)
-    assert {m["n"] for m in r["methods_all_types"].values()} == n
+    assert set(r.methods_all_types) == set(METHODS)
+    assert {m["n"] for m in r.methods_all_types.values()} == n
+    text = json.dumps(r.to_dict())
+    assert json.dumps(RankingFigures.from_dict(json.loads(text)).to_dict()) == text
 
 
 def test_policy_truth_drops_premium_types_the_rule_leaves_out_on_true_figures(

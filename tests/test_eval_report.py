@@ -12,7 +12,11 @@ import leap.cli
 from leap.cli import app
 from leap.config import Workspace
 from leap.errors import ConfigError
+from leap.eval.backtest import BacktestResult
+from leap.eval.real_data import RealDataResult
+from leap.eval.real_splits import ProtocolSettings
 from leap.eval.report import PLOTS, report_tables, write_report
+from leap.eval.studies import ImpactResult, LookupResult, RankingResult
 
 leap.cli._register()
 runner = CliRunner()
@@ -56,9 +60,30 @@ def test_report_writes_page_plots_and_every_number(report_dir: Path) -> None:
     assert "LP optimum" in page and "greedy oracle" in page and "of the optimum" in page
 
 
+#: The typed result of each part of report.json that ``leap report`` computes.
+PARTS = {"backtest": BacktestResult, "lookup": LookupResult, "ranking": RankingResult,
+         "impact": ImpactResult}
+
+
+def _typed(data: dict) -> dict:
+    return {name: kind.from_dict(data[name]) for name, kind in PARTS.items()}
+
+
+def test_each_part_reads_back_to_the_same_json(report_dir: Path) -> None:
+    data = json.loads((report_dir / "report.json").read_text())
+    for name, part in _typed(data).items():
+        assert json.dumps(part.to_dict()) == json.dumps(data[name]), name
+    lookup = LookupResult.from_dict(data["lookup"])
+    assert lookup.figures.n == data["lookup"]["n"] and lookup.day == "2026-01-12"
+    impact = ImpactResult.from_dict(data["impact"])
+    assert impact.figures.arms["leap"].trimmed.cost_change == \
+        data["impact"]["arms"]["leap"]["trimmed"]["cost_change"]
+    assert impact.figures.headline.arm("leap") is impact.figures.headline.leap
+
+
 def test_report_tables_cover_each_study(report_dir: Path) -> None:
     data = json.loads((report_dir / "report.json").read_text())
-    keys = [t.key for t in report_tables(data)]
+    keys = [t.key for t in report_tables(**_typed(data))]
     assert keys == ["backtest", "nights", "backtest_novelty", "lookup", "spec_ratio_transfer",
                     "ranking", "ranking_all_types", "ranking_novelty", "ranking_picks",
                     "impact", "impact_parts", "impact_bands"]
@@ -68,13 +93,19 @@ def test_report_tables_cover_each_study(report_dir: Path) -> None:
 
 def test_report_includes_a_real_data_result(report_dir: Path, tmp_path: Path) -> None:
     data = json.loads((report_dir / "report.json").read_text())
-    real = {"data": {"rows": 3, "checksum": "abc", "sources": {"gavel": {"repo": "r",
-                                                                          "license": "MIT"}}},
-            "results": {"gavel": {"unseen_hardware": {"lookup": {
-                "n": 3, "coverage": 0.0, "accuracy_within_20pct": float("nan"),
-                "median_ape": float("nan")}}}}}
-    page = write_report(tmp_path, lookup=data["lookup"], real_data=real)
-    assert 'id="real-data"' in page.read_text()
+    real = RealDataResult.from_dict({
+        "generated_at": "2026-01-31T00:00:00+00:00",
+        "data": {"checksum": "abc", "rows": 3, "include_flagged": False,
+                 "sources": {"gavel": {"rows": 3, "repo": "r", "license": "MIT",
+                                       "commits": []}}},
+        "settings": ProtocolSettings(10, 0, ["unseen_hardware"], ["lookup"], ["gavel"],
+                                     "x").to_dict(),
+        "results": {"gavel": {"unseen_hardware": {"lookup": {
+            "n": 3, "coverage": 0.0, "accuracy_within_20pct": float("nan"),
+            "median_ape": float("nan")}}}}})
+    page = write_report(tmp_path, lookup=LookupResult.from_dict(data["lookup"]),
+                        real_data=real)
+    assert 'id="real-data"' in page.read_text() and "gavel  (3 rows)" in page.read_text()
 
 
 def test_backtest_cli_resumes_and_prints_json(fresh_copy: Workspace) -> None:

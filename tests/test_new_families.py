@@ -14,40 +14,52 @@ from leap.catalog import Catalog
 from leap.config import Workspace
 from leap.data.store import Store
 from leap.errors import ConfigError
-from leap.eval.new_families import choose_left_out, new_families_study
+from leap.eval.new_families import (
+    FamilyComparison,
+    NewFamiliesResult,
+    choose_left_out,
+    new_families_study,
+)
 from leap.eval.report import report_tables
 
 
 @pytest.fixture(scope="module")
-def study(sim_workspace: Workspace) -> dict[str, Any]:
+def study(sim_workspace: Workspace) -> NewFamiliesResult:
     with Store(sim_workspace.store_path, read_only=True) as store:
         return new_families_study(store, Catalog.default(), small_train_config(),
                                   as_of=SMALL_AS_OF, type_share=0.2, seed=3)
 
 
-def test_left_out_families_are_new_to_the_held_out_model(study: dict[str, Any]) -> None:
-    groups, single = study["model_type_groups"], study["single_family"]
-    assert groups["n"] > 50 and single["n"] > 5
-    assert groups["new_to_held_out_model"] == 1.0 and single["new_to_held_out_model"] == 1.0
-    assert groups["model_types"] == len(study["left_out_model_types"])
-    assert study["single_family_id"] is not None and single["families"] == 1
+def _blocks(c: FamilyComparison) -> tuple[dict[str, float], dict[str, float],
+                                          dict[str, float]]:
+    assert c.seen is not None and c.held_out_with_prior is not None
+    assert c.held_out_without_prior is not None
+    return c.seen, c.held_out_with_prior, c.held_out_without_prior
 
 
-def test_leaving_families_out_costs_accuracy(study: dict[str, Any]) -> None:
-    groups = study["model_type_groups"]
+def test_left_out_families_are_new_to_the_held_out_model(study: NewFamiliesResult) -> None:
+    groups, single = study.model_type_groups, study.single_family
+    assert groups.n > 50 and single.n > 5
+    assert groups.new_to_held_out_model == 1.0 and single.new_to_held_out_model == 1.0
+    assert groups.model_types == len(study.left_out_model_types)
+    assert study.single_family_id is not None and single.families == 1
+
+
+def test_leaving_families_out_costs_accuracy(study: NewFamiliesResult) -> None:
+    groups = study.model_type_groups
+    seen, with_prior, _ = _blocks(groups)
     # History is what the seen model has and the held-out one lacks: it must show.
-    assert groups["seen"]["accuracy"] > groups["held_out_with_prior"]["accuracy"] + 0.1
-    assert groups["drop_points"] == pytest.approx(
-        100 * (groups["seen"]["accuracy"] - groups["held_out_with_prior"]["accuracy"]))
+    assert seen["accuracy"] > with_prior["accuracy"] + 0.1
+    assert groups.drop_points == pytest.approx(100 * (seen["accuracy"] - with_prior["accuracy"]))
     # Without architecture columns the model knows less about a family it has never seen:
     # the typical miss (in log space: MdAPE caps under-predictions at 100%) grows, as the
     # simulator's throughput follows FLOPs and parameters.
-    for block in (groups, study["single_family"]):
-        assert block["held_out_without_prior"]["median_abs_log_ratio"] > \
-            block["held_out_with_prior"]["median_abs_log_ratio"]
-    assert study["single_family"]["held_out_with_prior"]["accuracy"] >= \
-        study["single_family"]["held_out_without_prior"]["accuracy"]
-    assert set(study["model_type_groups_by_category"]) <= {
+    for block in (groups, study.single_family):
+        _, with_prior, without_prior = _blocks(block)
+        assert without_prior["median_abs_log_ratio"] > with_prior["median_abs_log_ratio"]
+    _, with_prior, without_prior = _blocks(study.single_family)
+    assert with_prior["accuracy"] >= without_prior["accuracy"]
+    assert set(study.model_type_groups_by_category) <= {
         "recommendation", "vision", "language", "llm", "speech", "tabular", "graph"}
 
 
@@ -65,10 +77,12 @@ def test_the_draw_is_seeded_and_keeps_a_type_in(sim_workspace: Workspace) -> Non
         choose_left_out(past.head(1), held.head(1), type_share=0.5, seed=1)
 
 
-def test_report_table_and_json(study: dict[str, Any]) -> None:
-    json.dumps(study)  # plain JSON
-    (table,) = [t for t in report_tables({"new_families": study}) if t.key == "new_families"]
-    assert len(table.rows) >= 2 and table.rows[0][1] == f"{study['model_type_groups']['n']:,}"
+def test_report_table_and_json(study: NewFamiliesResult) -> None:
+    text = json.dumps(study.to_dict())  # plain JSON, read back to the same
+    assert json.dumps(NewFamiliesResult.from_dict(json.loads(text)).to_dict()) == text
+    assert FamilyComparison(n=0).to_dict() == {"n": 0}
+    (table,) = [t for t in report_tables(new_families=study) if t.key == "new_families"]
+    assert len(table.rows) >= 2 and table.rows[0][1] == f"{study.model_type_groups.n:,}"
 
 
 def test_cli_writes_the_json(sim_workspace: Workspace, tmp_path: Any) -> None:

@@ -15,7 +15,13 @@ from leap.catalog import Catalog
 from leap.config import Workspace
 from leap.data.store import Store
 from leap.errors import CatalogError
-from leap.eval.new_hardware import check_hardware, new_hardware_study, newest_type
+from leap.eval.new_hardware import (
+    NewHardwareResult,
+    TypeRanking,
+    check_hardware,
+    new_hardware_study,
+    newest_type,
+)
 from leap.eval.report import report_tables, write_report
 
 
@@ -24,36 +30,48 @@ def _fast_config() -> Any:
 
 
 @pytest.fixture(scope="module")
-def study(sim_workspace: Workspace) -> dict[str, Any]:
+def study(sim_workspace: Workspace) -> NewHardwareResult:
     with Store(sim_workspace.store_path, read_only=True) as store:
         return new_hardware_study(store, Catalog.default(), _fast_config(),
                                   hardware=("MI300X",), as_of=SMALL_AS_OF, sample=150,
                                   curve_days=(0, 1))
 
 
-def test_held_out_type_is_scored_beside_seen(study: dict[str, Any]) -> None:
-    json.dumps(study)
-    b = study["types"]["MI300X"]
-    assert b["n"] > 10 and b["training_attempts_left_out"] > 100
-    assert b["drop_points"] == pytest.approx(100 * (b["seen"]["accuracy"]
-                                                    - b["held_out"]["accuracy"]))
+def test_held_out_type_is_scored_beside_seen(study: NewHardwareResult) -> None:
+    b = study.types["MI300X"]
+    assert b.seen is not None and b.held_out is not None
+    assert b.n > 10 and b.training_attempts_left_out > 100
+    assert b.drop_points == pytest.approx(100 * (b.seen["accuracy"] - b.held_out["accuracy"]))
     # History of the type is what the seen model has and the held-out one lacks.
-    assert b["seen"]["median_abs_log_ratio"] < b["held_out"]["median_abs_log_ratio"]
-    rk = b["ranking"]
-    assert rk["n_sampled"] > 0 and 0 <= rk["type_is_best"] <= 1
+    assert b.seen["median_abs_log_ratio"] < b.held_out["median_abs_log_ratio"]
+    rk = b.ranking
+    assert rk is not None and rk.type_is_best is not None
+    assert rk.n_sampled > 0 and 0 <= rk.type_is_best <= 1
     for key in ("seen", "held_out"):
-        assert 0 <= rk[key]["mean_regret"] <= 1 and 0 <= rk[key]["picks_type"] <= 1
+        assert 0 <= rk.model(key)["mean_regret"] <= 1 and 0 <= rk.model(key)["picks_type"] <= 1
 
 
-def test_newest_type_curve(study: dict[str, Any], sim_workspace: Workspace) -> None:
+def test_result_reads_back_to_the_same_json(study: NewHardwareResult) -> None:
+    text = json.dumps(study.to_dict())
+    data = json.loads(text)
+    # Each type's ranking blocks sit beside its counts, as the files always had them.
+    assert set(data["types"]["MI300X"]["ranking"]) >= {"n_eligible", "n_sampled",
+                                                      "type_is_best", "seen", "held_out"}
+    back = NewHardwareResult.from_dict(data)
+    assert json.dumps(back.to_dict()) == text
+    assert back.curve is not None and back.curve.nights[0].days_of_history == 0
+    assert TypeRanking.from_dict({"n_sampled": 0}).to_dict() == {"n_sampled": 0}
+
+
+def test_newest_type_curve(study: NewHardwareResult, sim_workspace: Workspace) -> None:
     with Store(sim_workspace.store_path, read_only=True) as store:
         name, first = newest_type(store)  # type: ignore[misc]
     # The default scenario's new type arrives on day 10 of the simulation.
     assert name == "B200" and first.date().isoformat() == "2026-01-11"
-    curve = study["curve"]
-    assert curve["hardware"] == "B200"
-    assert [n["days_of_history"] for n in curve["nights"]] == [0, 1]
-    assert all(0 <= n["fleet_accuracy"] <= 1 for n in curve["nights"])
+    curve = study.curve
+    assert curve is not None and curve.hardware == "B200"
+    assert [n.days_of_history for n in curve.nights] == [0, 1]
+    assert all(0 <= n.fleet_accuracy <= 1 for n in curve.nights)
 
 
 def test_unknown_type_says_what_it_meant() -> None:
@@ -61,8 +79,8 @@ def test_unknown_type_says_what_it_meant() -> None:
         check_hardware(["MI300"], Catalog.default())
 
 
-def test_report_has_the_tables(study: dict[str, Any], tmp_path: Path) -> None:
-    keys = [t.key for t in report_tables({"new_hardware": study})]
+def test_report_has_the_tables(study: NewHardwareResult, tmp_path: Path) -> None:
+    keys = [t.key for t in report_tables(new_hardware=study)]
     assert keys == ["new_hardware", "new_hardware_curve"]
     page = write_report(tmp_path, new_hardware=study)
     assert "New hardware: a type held out of training" in page.read_text()

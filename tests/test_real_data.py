@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from leap.eval.real_data import (
     LookupTable,
     NearestNeighbors,
     RealDataResult,
+    ReferenceCheck,
     RowPredictor,
     SpecRatio,
     baseline_predictors,
@@ -126,7 +128,8 @@ def test_predictors_never_see_the_outcome_or_a_held_out_cell(clean: pd.DataFrame
     out = run_protocols(df, {"spy": spy}, protocols=["held_out_cells"], catalog=catalog,
                         n_folds=4)
     assert sum(seen) == len(df) and len(seen) == 8
-    assert out["results"]["gavel"]["held_out_cells"]["spy"]["coverage"] == 1.0
+    assert out.results["gavel"]["held_out_cells"]["spy"]["coverage"] == 1.0
+    assert out.settings.protocols == ["held_out_cells"] and out.settings.n_folds == 4
 
 
 def test_folds_on_worker_processes_match_the_serial_run(clean: pd.DataFrame,
@@ -141,8 +144,8 @@ def test_folds_on_worker_processes_match_the_serial_run(clean: pd.DataFrame,
     parallel = run_protocols(df, preds, parallel=Parallel(workers=2),
                              progress=lambda done, total, label: calls.append((done, total)),
                              **kwargs)
-    assert parallel["results"] == serial["results"]
-    assert calls[-1][0] == calls[-1][1] == 2 * serial["results"]["gavel"]["unseen_model"][
+    assert parallel.results == serial.results
+    assert calls[-1][0] == calls[-1][1] == 2 * serial.results["gavel"]["unseen_model"][
         "knn"]["folds"]
 
 
@@ -239,16 +242,17 @@ def test_linear_scaling_multiplies_the_single_device_rate(catalog: Catalog) -> N
 # The reference figures and the hook --------------------------------------------------------
 def test_reference_check_reproduces_the_published_spec_ratio_figures(catalog: Catalog) -> None:
     ref = reference_check(load_throughput(), catalog)
-    for name, expected in ref["expected"].items():
-        assert ref[name]["accuracy_within_20pct"] == pytest.approx(expected, abs=0.015)
-    assert ref["spec_ratio_geomean"]["median_ape"] == pytest.approx(0.11, abs=0.01)
+    for name, expected in ref.expected.items():
+        assert ref.methods[name]["accuracy_within_20pct"] == pytest.approx(expected, abs=0.015)
+    assert ref.methods["spec_ratio_geomean"]["median_ape"] == pytest.approx(0.11, abs=0.01)
     # Predictions shared with the ranking check must not replace the reference variants,
     # even where a baseline has the same name (the baselines match batch sizes).
     df = load_throughput()
     shared = {name: (np.zeros(len(reference_rows(df))), 1)
               for name in ("spec_ratio_geomean", "spec_ratio_flops", "spec_ratio_bandwidth")}
     again = reference_check(df, catalog, predictions=shared)
-    assert {n: again[n] for n in ref["expected"]} == {n: ref[n] for n in ref["expected"]}
+    assert {n: again.methods[n] for n in ref.expected} == \
+        {n: ref.methods[n] for n in ref.expected}
 
 
 def test_attempts_predictor_hands_over_attempt_tables(clean: pd.DataFrame,
@@ -273,7 +277,7 @@ def test_attempts_predictor_hands_over_attempt_tables(clean: pd.DataFrame,
     out = run_protocols(df, {LEAP: AttemptsPredictor(fit_predict)}, catalog=catalog,
                         protocols=["unseen_hardware"])
     assert len(calls) == 3 and sum(n for _, n in calls) == len(df)
-    assert out["results"]["gavel"]["unseen_hardware"][LEAP]["n"] == len(df)
+    assert out.results["gavel"]["unseen_hardware"][LEAP]["n"] == len(df)
 
 
 def _oracle(rows: pd.DataFrame) -> FitPredict:
@@ -301,11 +305,11 @@ def test_results_json_report_and_verdicts(clean: pd.DataFrame) -> None:
     for r in cell.values():
         assert set(r) >= {"accuracy_within_20pct", "median_ape", "n", "coverage"}
     assert out.verdicts and "beats" in out.verdicts[0]
-    assert verdicts({"results": {"gavel": {"x": {"knn": cell["knn"]}}}}) == []
+    assert verdicts(replace(out, results={"gavel": {"x": {"knn": cell["knn"]}}})) == []
     assert len(flat_results(out)) == len(preds)
     page = html_section(out)
     assert page.startswith('<section id="real-data">') and "spec_ratio_geomean" in page
-    assert out.data["sources"]["gavel"]["license"].startswith("MIT")
+    assert out.data.sources["gavel"].license.startswith("MIT")
     # Lambda-only checks
     assert out.reference_check is None and out.ranking_check is None
     assert "reference_check" not in saved and "ranking_check" not in saved
@@ -318,22 +322,26 @@ def test_reference_and_ranking_checks_score_the_learned_predictor(catalog: Catal
                         protocols=["unseen_model"])
     ref = out.reference_check
     assert ref is not None and out.ranking_check is not None
-    assert ref[LEAP]["accuracy_within_20pct"] == 1.0
-    assert ref[LEAP]["matched_geomean"]["n"] == ref["spec_ratio_geomean"]["n_covered"]
+    assert ref.methods[LEAP]["accuracy_within_20pct"] == 1.0
+    assert ref.matched_geomean[LEAP]["n"] == ref.methods["spec_ratio_geomean"]["n_covered"]
+    # In the JSON the learned predictor's matched score sits inside its own.
+    saved = ref.to_dict()
+    assert saved[LEAP]["matched_geomean"]["n"] == ref.matched_geomean[LEAP]["n"]
+    assert json.dumps(ReferenceCheck.from_dict(saved).to_dict()) == json.dumps(saved)
     rank = out.ranking_check
-    assert rank["configurations"] > 40
-    assert rank["methods"][LEAP]["top1_agreement"] == 1.0
-    assert rank["methods"][LEAP]["mean_regret"] == 0.0
-    cheap = rank["methods"]["cheapest_type"]
+    assert rank.configurations > 40
+    assert rank.methods[LEAP]["top1_agreement"] == 1.0
+    assert rank.methods[LEAP]["mean_regret"] == 0.0
+    cheap = rank.methods["cheapest_type"]
     assert 0.0 < cheap["top1_agreement"] < 1.0 and cheap["mean_regret"] > 0.0
     assert any(v.startswith("reference protocol") and "beats" in v for v in out.verdicts)
     # A result saved under the ranking check's older metric name reads as the current one.
     old = out.to_dict()
-    old["ranking_check"] = {**rank, "methods": {
+    old["ranking_check"] = {**rank.to_dict(), "methods": {
         m: {("mean_value_regret" if k == "mean_regret" else k): v for k, v in r.items()}
-        for m, r in rank["methods"].items()}}
+        for m, r in rank.methods.items()}}
     renamed = RealDataResult.from_dict(old).ranking_check
-    assert renamed is not None and json.dumps(renamed) == json.dumps(rank)
+    assert renamed is not None and json.dumps(renamed.to_dict()) == json.dumps(rank.to_dict())
     assert "Ranking on public prices" in html_section(out)
 
 

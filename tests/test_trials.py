@@ -20,7 +20,15 @@ from leap.config import Workspace
 from leap.data.store import Store
 from leap.errors import CatalogError, ConfigError
 from leap.eval.report import report_tables
-from leap.eval.trials import PLAN_COLUMNS, choose, expected_loss, plan_trials, trials_study
+from leap.eval.trials import (
+    PLAN_COLUMNS,
+    PlanSummary,
+    TrialsResult,
+    choose,
+    expected_loss,
+    plan_trials,
+    trials_study,
+)
 from leap.model.artifact import Registry
 from leap.model.window import load_attempts
 from leap.sim.fleet import Fleet
@@ -47,7 +55,7 @@ def fast_home(sim_workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(scope="module")
-def study(sim_workspace: Workspace) -> dict[str, Any]:
+def study(sim_workspace: Workspace) -> TrialsResult:
     with Store(sim_workspace.store_path, read_only=True) as store:
         return trials_study(store, Catalog.default(), _fast_config(), hardware="MI300X",
                             budgets=(0, 10), as_of=SMALL_AS_OF, sample=150, seed=1)
@@ -102,7 +110,11 @@ def test_plan_covers_types_and_says_why(fast_home: Workspace) -> None:
     # Without the discount, the plan covers no more model types than with it.
     plain = plan_trials(art, hist, "MI300X", 10, type_discount=1.0)
     assert rows["model_type"].nunique() >= plain.rows["model_type"].nunique()
-    json.dumps(plan.to_dict())
+    text = json.dumps(plan.to_dict())
+    summary = plan.summary()
+    assert json.dumps(PlanSummary.from_dict(json.loads(text)).to_dict()) == text
+    assert [t.family_id for t in summary.trials] == list(rows["family_id"])
+    assert summary.planned == 10 and summary.trials[0].rank == 1
 
 
 # The simulator's measurement ------------------------------------------------------------------
@@ -123,22 +135,21 @@ def test_measure_follows_the_oracle(sim_workspace: Workspace) -> None:
 
 
 # The check ------------------------------------------------------------------------------------
-def test_check_compares_planned_and_random_of_the_same_size(study: dict[str, Any]) -> None:
-    json.dumps(study)
-    assert study["type_attempts_on_day"] > 10 and study["budgets"] == [0, 10]
-    arm = study["arms"]["10"]
-    assert arm["planned"]["trials"] == arm["random"]["trials"] == 10
+def test_check_compares_planned_and_random_of_the_same_size(study: TrialsResult) -> None:
+    assert study.type_attempts_on_day > 10 and study.budgets == [0, 10]
+    arm = study.arms["10"]
+    assert arm.random is not None
+    assert arm.planned.trials == arm.random.trials == 10
     # The random draw is matched on cost, to within a factor.
-    assert 0.3 < arm["random"]["cost"] / arm["planned"]["cost"] < 3
-    for a in (study["arms"]["0"]["planned"], arm["planned"], arm["random"]):
-        assert 0 <= a["accuracy"]["accuracy"] <= 1
-        assert a["ranking"]["n"] > 0
+    assert 0.3 < arm.random.cost / arm.planned.cost < 3
+    for a in (study.arms["0"].planned, arm.planned, arm.random):
+        assert 0 <= a.accuracy["accuracy"] <= 1
+        assert a.ranking["n"] > 0
     # Measured trials on a type the model has never seen make more of its predictions there
     # land within 20% (the measure; on this small fleet the median error barely moves:
     # 0.329 -> 0.331, while the share within 20% goes 28% -> 41%).
-    assert arm["planned"]["accuracy"]["accuracy"] > \
-        study["arms"]["0"]["planned"]["accuracy"]["accuracy"]
-    (table,) = [t for t in report_tables({"trials": study}) if t.key == "trials"]
+    assert arm.planned.accuracy["accuracy"] > study.arms["0"].planned.accuracy["accuracy"]
+    (table,) = [t for t in report_tables(trials=study) if t.key == "trials"]
     assert [r[:2] for r in table.rows] == [("0", "planned"), ("10", "planned"),
                                            ("10", "random")]
 
@@ -167,14 +178,27 @@ def test_cli_plan_writes_csv_and_refuses_bad_input(fast_home: Workspace,
     assert res.exit_code == 1 and "--budget must be >= 1" in res.output
 
 
-def test_report_picks_up_the_saved_check(study: dict[str, Any], tmp_path: Path) -> None:
+def test_check_reads_back_to_the_same_json(study: TrialsResult) -> None:
+    text = json.dumps(study.to_dict())
+    data = json.loads(text)
+    # The arm without trials has neither a success count nor model types.
+    assert list(data["arms"]["0"]["planned"]) == ["trials", "cost", "accuracy", "ranking"]
+    assert list(data["arms"]["10"]["planned"])[:4] == ["trials", "succeeded", "cost",
+                                                       "model_types"]
+    assert json.dumps(TrialsResult.from_dict(data).to_dict()) == text
+
+
+def test_report_picks_up_the_saved_check(study: TrialsResult, tmp_path: Path) -> None:
     from leap.eval.backtest import write_json_atomic
     from leap.eval.report import write_report
     from leap.eval.studies import saved_study
 
     (tmp_path / "reports").mkdir()
-    write_json_atomic(tmp_path / "reports" / "trials.json", study)
-    saved = saved_study(tmp_path, "trials.json", "arms")
-    assert saved is not None and saved["hardware"] == "MI300X"
+    write_json_atomic(tmp_path / "reports" / "trials.json", study.to_dict())
+    saved = saved_study(tmp_path, "trials.json", TrialsResult, "arms")
+    assert saved is not None and saved.hardware == "MI300X"
     page = write_report(tmp_path / "out", trials=saved)
     assert "Trial jobs on a new type" in page.read_text()
+    (tmp_path / "reports" / "trials.json").write_text('{"arms": {"0": {}}}')
+    with pytest.raises(ConfigError, match="rerun the experiment that wrote it"):
+        saved_study(tmp_path, "trials.json", TrialsResult, "arms")

@@ -22,6 +22,7 @@ from leap.config import DEFAULT_HOME, Workspace
 from leap.errors import ConfigError, LeapError, ParamError
 
 if TYPE_CHECKING:
+    from leap.eval.records import Record
     from leap.eval.tables import Table
 
 app = typer.Typer(
@@ -134,19 +135,19 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def write_study(directory: Path, name: str, result: dict[str, Any], *, as_json: bool,
-                seconds: float) -> None:
+def write_study(directory: Path, name: str, result: Record, tables: Iterable[Table], *,
+                as_json: bool, seconds: float) -> None:
     """Write a study's result to ``directory/<name>.json`` (where ``leap report`` finds it),
-    then print it as JSON (``--json``) or as its tables and where it went."""
+    then print it as JSON (``--json``) or as its ``tables`` and where it went."""
     from leap.eval.backtest import write_json_atomic
-    from leap.eval.tables import report_tables
 
     directory.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(directory / f"{name}.json", result)
+    data = result.to_dict()
+    write_json_atomic(directory / f"{name}.json", data)
     if as_json:
-        print_json(result)
+        print_json(data)
         return
-    print_tables(report_tables({name: result}))
+    print_tables(tables)
     console.print(f"wrote {directory / f'{name}.json'}; {seconds:.0f} s")
 
 

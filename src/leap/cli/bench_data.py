@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,6 +21,9 @@ from leap.cli import (
     workspace,
 )
 from leap.errors import CatalogError
+
+if TYPE_CHECKING:
+    from leap.eval.real_data import RealDataResult
 
 
 def experiment_group() -> typer.Typer:
@@ -110,7 +113,7 @@ def import_benchmarks(
         err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
-def evaluate_real_data(*, workers: int | None, quiet: bool, **options: Any) -> Any:
+def evaluate_real_data(*, workers: int | None, quiet: bool, **options: Any) -> RealDataResult:
     """:func:`leap.eval.real_data.run_real_data` on the packaged data, with a progress bar.
 
     ``workers`` processes run the folds (default: one per CPU: the learned predictor's fits
@@ -182,10 +185,10 @@ def real_data(
     if as_json:
         print_json(data)
         return
-    tables = real_data_tables(data)
+    tables = real_data_tables(result)
     ranking = [t for t in tables if t.key == "real_data_ranking"]
     print_tables([t for t in tables if t.key != "real_data_ranking"])
-    lines = real_data_reference_lines(data)
+    lines = real_data_reference_lines(result)
     if lines:
         console.print("[bold]reference check[/] (Lambda PyTorch, 1 GPU, each type held out):")
         for line in lines:

@@ -43,6 +43,7 @@ def new_families_cmd(
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.eval.new_families import new_families_study
+    from leap.eval.tables import report_tables
 
     ws = workspace(ctx)
     require_store(ws)
@@ -53,7 +54,8 @@ def new_families_cmd(
                                     as_of=parse_day(as_of, "--as-of"), type_share=type_share,
                                     seed=seed, progress=status.update)
     write_study(out if out is not None else ws.work_dir / "reports", "new_families", result,
-                as_json=as_json, seconds=result['timings']['total_s'])
+                report_tables(new_families=result), as_json=as_json,
+                seconds=result.timings["total_s"])
 
 
 @experiment_app.command("alternatives", epilog="Example:  leap experiment alternatives "
@@ -81,6 +83,7 @@ def alternatives_cmd(
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.eval.alternatives import alternatives_study
+    from leap.eval.tables import report_tables
 
     ws = workspace(ctx)
     require_store(ws)
@@ -92,7 +95,8 @@ def alternatives_cmd(
                                     knn_rows=max(1000, sample_rows // 4),
                                     status=status.update)
     write_study(out if out is not None else ws.work_dir / "reports", "alternatives",
-                result.to_dict(), as_json=as_json, seconds=result.timings["total_s"])
+                result, report_tables(alternatives=result), as_json=as_json,
+                seconds=result.timings["total_s"])
 
 
 def _days_list(value: str, option: str) -> list[int]:
@@ -139,6 +143,7 @@ def new_hardware_cmd(
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.eval.new_hardware import new_hardware_study
+    from leap.eval.tables import report_tables
 
     ws = workspace(ctx)
     require_store(ws)
@@ -151,6 +156,7 @@ def new_hardware_cmd(
                                     curve_days=_days_list(curve_days, "--curve-days"),
                                     progress=status.update)
     write_study(out if out is not None else ws.work_dir / "reports", "new_hardware", result,
-                as_json=as_json, seconds=result['timings']['total_s'])
+                report_tables(new_hardware=result), as_json=as_json,
+                seconds=result.timings["total_s"])
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import (
@@ -45,14 +45,10 @@ from leap.cli.options import (
 from leap.config import Workspace
 from leap.errors import ConfigError
 
+if TYPE_CHECKING:
+    from leap.eval.real_data import RealDataResult
+
 experiment_app = experiment_group()
-
-
-
-def _print_tables(report: dict[str, Any]) -> None:
-    from leap.eval.tables import report_tables
-
-    print_tables(report_tables(report))
 
 
 def _night_bar(disable: bool) -> Progress:
@@ -116,11 +112,12 @@ def backtest_cmd(
     result = _run_backtest(ws, nights=nights, window_days=window_days, end=end, model=model,
                            specialists=specialists, no_history=no_history, workers=workers,
                            dask=dask, quiet=as_json)
-    out = result.to_json()
     if as_json:
-        print_json(out)
+        print_json(result.to_dict())
         return
-    _print_tables({"backtest": out})
+    from leap.eval.tables import report_tables
+
+    print_tables(report_tables(backtest=result))
     console.print(f"{len(result.computed)} night(s) computed, {len(result.reused)} reused "
                   f"from {result.run_dir}; {result.wall_s:.0f} s")
 
@@ -160,24 +157,28 @@ def _depth(value: int) -> int | None:
     return None if value == 0 else value
 
 
-def _study(key: str, compute: Callable[[Any, Workspace, Any], Any],
+def _study(compute: Callable[[Any, Workspace, Any], Any],
            ctx: typer.Context, *, as_of: str | None, source: str, window_days: int,
            model: str, specialists: int, no_history: bool, as_json: bool) -> None:
     """One study command: the held-out day's model, ``compute(ed, ws, store)``, then print."""
     from leap.data.store import Store
+    from leap.eval.studies import ImpactResult, LookupResult, RankingResult
+    from leap.eval.tables import report_tables
 
     ws = workspace(ctx)
     require_store(ws)
     with Store(ws.store_path, read_only=True) as store:
         ed = _study_day(ws, store, as_of=as_of, window_days=window_days, model=model,
                         specialists=specialists, no_history=no_history, source=source)
-        out = compute(ed, ws, store).to_dict()
+        result = compute(ed, ws, store)
     if as_json:
-        print_json(out)
+        print_json(result.to_dict())
         return
-    _print_tables({key: out})
-    console.print(f"model: {ed.source}" + (f"; {out['wall_s']:.0f} s" if "wall_s" in out
-                                            else ""))
+    print_tables(report_tables(lookup=result if isinstance(result, LookupResult) else None,
+                               ranking=result if isinstance(result, RankingResult) else None,
+                               impact=result if isinstance(result, ImpactResult) else None))
+    console.print(f"model: {ed.source}" + (f"; {result.wall_s:.0f} s"
+                                            if isinstance(result, ImpactResult) else ""))
 
 
 @experiment_app.command("lookup", epilog="Example:  leap experiment lookup --json")
@@ -200,7 +201,7 @@ def lookup_cmd(
     """
     from leap.eval.studies import lookup_day
 
-    _study("lookup", lambda ed, ws, store: lookup_day(ed),
+    _study(lambda ed, ws, store: lookup_day(ed),
            ctx, as_of=as_of, source=source, window_days=window_days, model=model,
            specialists=specialists, no_history=no_history, as_json=as_json)
 
@@ -227,7 +228,7 @@ def ranking_cmd(
     true value of the best) and NDCG, for LEAP and for simple baselines (cheapest type,
     fastest peak FLOP/s, the family's most-used type, random).
     """
-    _study("ranking", lambda ed, ws, store: _ranking(ed, ws, store, sample, seed),
+    _study(lambda ed, ws, store: _ranking(ed, ws, store, sample, seed),
            ctx, as_of=as_of, source=source, window_days=window_days, model=model,
            specialists=specialists, no_history=no_history, as_json=as_json)
 
@@ -261,8 +262,8 @@ def impact_cmd(
     the saving of each arm and its share of the optimum's, coverage and first-choice shares
     beside the paper's, and the cost change split by placement kind (simulated stores only).
     """
-    _study("impact", lambda ed, ws, store: _impact(ed, ws, store, days, _depth(advice_depth),
-                                                   delay_cost),
+    _study(lambda ed, ws, store: _impact(ed, ws, store, days, _depth(advice_depth),
+                                         delay_cost),
            ctx, as_of=as_of, source=source, window_days=window_days, model=model,
            specialists=specialists, no_history=no_history, as_json=as_json)
 
@@ -328,14 +329,11 @@ def report_cmd(
     if as_json:
         print_json(json.loads((out / "report.json").read_text(encoding="utf-8")))
         return
-    parts = report.parts()
-    _print_tables({k: parts[k] for k in ("backtest", "lookup", "ranking", "impact",
-                                         "new_families", "new_hardware", "trials",
-                                         "alternatives")})
+    print_tables(report.tables())
     console.print(f"wrote {page} (and report.json, plots) in {out}")
 
 
-def _real_data(ws: Workspace, path: Path | None, run: bool) -> Any:
+def _real_data(ws: Workspace, path: Path | None, run: bool) -> RealDataResult | None:
     if run:
         from leap.cli.bench_data import evaluate_real_data
 

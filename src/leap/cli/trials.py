@@ -82,6 +82,7 @@ def plan_cmd(
         plan = plan_trials(artifact, history, hardware, budget, costs=costs,
                            trial_hours=trial_hours, type_discount=type_discount)
     result = plan.to_dict()
+    summary = plan.summary()
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix.lower() == ".csv":
@@ -95,11 +96,11 @@ def plan_cmd(
         return
     from leap.eval.tables import trials_plan_table
 
-    print_tables([trials_plan_table(result)])
-    for t in result["trials"]:
-        console.print(f"{t['rank']}. {t['family_id']}: {t['why']}", highlight=False)
-    console.print(f"{result['planned']} trial(s) of {result['candidates']:,} families that fit "
-                  f"{hardware}; estimated cost ${result['total_cost']:,.0f}"
+    print_tables([trials_plan_table(summary)])
+    for t in summary.trials:
+        console.print(f"{t.rank}. {t.family_id}: {t.why}", highlight=False)
+    console.print(f"{summary.planned} trial(s) of {summary.candidates:,} families that fit "
+                  f"{hardware}; estimated cost ${summary.total_cost:,.0f}"
                   + (f"; wrote {out}" if out is not None else ""))
 
 
@@ -133,6 +134,7 @@ def check_cmd(
     """
     from leap.catalog import Catalog
     from leap.data.store import Store
+    from leap.eval.tables import report_tables
     from leap.eval.trials import trials_study
     from leap.model.window import TrainConfig
 
@@ -153,4 +155,4 @@ def check_cmd(
                               new_type=not little_used, sample=sample, seed=seed,
                               trial_hours=trial_hours, progress=status.update)
     write_study(out if out is not None else ws.work_dir / "reports", "trials", result,
-                as_json=as_json, seconds=result["wall_s"])
+                report_tables(trials=result), as_json=as_json, seconds=result.wall_s)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +43,7 @@ from leap import metrics
 from leap.catalog import Catalog
 from leap.eval.backtest import last_full_day
 from leap.eval.baselines import LookupTable, SpecRatioTransfer
+from leap.eval.records import Record
 from leap.features.encode import (
     CATEGORICAL,
     HARDWARE_SPEC_FEATURES,
@@ -72,7 +73,7 @@ def _quiet(_: str) -> None:
 
 
 @dataclass(frozen=True)
-class MethodResult:
+class MethodResult(Record):
     """One method's figures on the held-out day (accuracy: share within ±20%)."""
 
     name: str
@@ -91,8 +92,10 @@ class MethodResult:
     note: str = ""
 
 
-@dataclass
-class AlternativesResult:
+@dataclass(frozen=True)
+class AlternativesResult(Record):
+    """:func:`alternatives_study`: the rows it used and every method's figures."""
+
     day: str
     train_rows: int
     sample_rows: int
@@ -101,13 +104,6 @@ class AlternativesResult:
     unobserved_eval_rows: int
     methods: list[MethodResult] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"day": self.day, "train_rows": self.train_rows,
-                "sample_rows": self.sample_rows, "eval_rows": self.eval_rows,
-                "masked_eval_rows": self.masked_eval_rows,
-                "unobserved_eval_rows": self.unobserved_eval_rows,
-                "methods": [asdict(m) for m in self.methods], "timings": self.timings}
 
 
 # Training sets of the ablations ---------------------------------------------------------------

@@ -89,6 +89,14 @@ class BacktestResult:
     #: The older name of :meth:`to_dict`.
     to_json = to_dict
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BacktestResult:
+        """Read :meth:`to_dict` back (e.g. the ``backtest`` part of a ``report.json``)."""
+        return cls(run_dir=Path(data["run_dir"]), settings=dict(data["settings"]),
+                   nights=list(data["nights"]), computed=list(data["computed"]),
+                   reused=list(data["reused"]), wall_s=float(data["wall_s"]),
+                   summary=dict(data.get("summary", {})))
+
 
 # Planning -------------------------------------------------------------------------------------
 def last_full_day(store: Any) -> datetime:
@@ -266,7 +274,7 @@ def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict
         "train_rows": int(wm.metrics["train_rows"]),
         "held_out": held,
         "oracle_ceiling": ceiling,
-        "lookup": lookup_comparison(past, jobs, pred, wm.artifact.catalog),
+        "lookup": lookup_comparison(past, jobs, pred, wm.artifact.catalog).to_dict(),
         "error_hist": {"log10_edges": ERROR_EDGES.tolist(), "counts": counts.tolist(),
                        "clipped_low": int((log_ratio < ERROR_EDGES[0]).sum()),
                        "clipped_high": int((log_ratio > ERROR_EDGES[-1]).sum())},

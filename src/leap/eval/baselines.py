@@ -15,7 +15,7 @@ order of the candidates.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ from leap import metrics
 from leap.catalog import Catalog
 from leap.data.usage import device_hours, usable_mask
 from leap.errors import DataError, ModelError
+from leap.eval.records import Record
 
 #: The lookup table's key: the exact job configuration and the hardware.
 LOOKUP_KEY: tuple[str, ...] = ("family_id", "hardware", "trainer_count", "batch_size")
@@ -31,6 +32,54 @@ LOOKUP_KEY: tuple[str, ...] = ("family_id", "hardware", "trainer_count", "batch_
 
 #: Device-hours of each attempt (the one rule, :func:`leap.data.usage.device_hours`).
 gpu_hours = device_hours
+
+
+@dataclass(frozen=True)
+class TransferGroup(Record):
+    """The spec-ratio rule beside LEAP on one group of unobserved pairs (its covered rows)."""
+
+    n: int
+    rule_coverage: float
+    rule_accuracy: float
+    leap_accuracy: float
+    rule_median_ape: float
+    leap_median_ape: float
+
+
+@dataclass(frozen=True)
+class TransferComparison(Record):
+    """:func:`transfer_comparison`: the rule, and each group of families by the number of
+    types they ran on (``all``: every unobserved pair)."""
+
+    rule: str
+    unobserved_pair_1: TransferGroup
+    unobserved_pair_2: TransferGroup
+    unobserved_pair_3plus: TransferGroup
+    all: TransferGroup
+
+
+@dataclass(frozen=True)
+class LookupComparison(Record):
+    """:func:`lookup_comparison`: the lookup table beside LEAP on one held-out day."""
+
+    OMIT_NONE = frozenset({"spec_ratio_transfer"})
+
+    n: int
+    n_covered: int
+    keys: list[str]
+    table_coverage: float
+    table_coverage_gpu_hours: float
+    leap_coverage: float
+    table_accuracy_covered: float
+    leap_accuracy_covered: float
+    table_accuracy_covered_gpu_hours: float
+    leap_accuracy_covered_gpu_hours: float
+    table_median_ape_covered: float
+    leap_median_ape_covered: float
+    leap_accuracy_all: float
+    leap_accuracy_all_gpu_hours: float
+    table_accuracy_all: float
+    spec_ratio_transfer: TransferComparison | None = None
 
 
 class LookupTable:
@@ -94,7 +143,7 @@ class LookupTable:
 
 
 def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.ndarray,
-                      catalog: Catalog | None = None) -> dict[str, Any]:
+                      catalog: Catalog | None = None) -> LookupComparison:
     """The lookup table beside LEAP on one held-out day (the paper's 13.3% / 53.2% vs 85.1%).
 
     Parameters
@@ -111,7 +160,7 @@ def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.ndar
 
     Returns
     -------
-    dict
+    LookupComparison
         ``n``; ``table_coverage`` (share of attempts whose key ran before) and
         ``leap_coverage``; ``table_accuracy_covered`` and ``leap_accuracy_covered`` (within
         ±20% on the table's covered subset), ``leap_accuracy_all``; the same GPU-hour
@@ -123,7 +172,7 @@ def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.ndar
     ...                      "batch_size": [8], "status": ["succeeded"], "throughput": [10.0]})
     >>> day = pd.concat([past, past.assign(hardware="B")]).assign(throughput=[11.0, 20.0])
     >>> r = lookup_comparison(past, day, np.array([11.0, 30.0]))
-    >>> r["table_coverage"], r["table_accuracy_covered"], r["leap_accuracy_all"]
+    >>> r.table_coverage, r.table_accuracy_covered, r.leap_accuracy_all
     (0.5, 1.0, 0.5)
     """
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
@@ -139,29 +188,27 @@ def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.ndar
         w = np.ones(len(mask)) if w is None else w
         return float((w * mask).sum() / w.sum()) if len(mask) and w.sum() > 0 else float("nan")
 
-    out = {
-        "n": len(jobs),
-        "n_covered": int(covered.sum()),
-        "keys": list(LOOKUP_KEY),
-        "table_coverage": share(covered),
-        "table_coverage_gpu_hours": share(covered, hours),
-        "leap_coverage": share(np.isfinite(leap_pred)),
-        "table_accuracy_covered": metrics.accuracy(table[covered], actual[covered]),
-        "leap_accuracy_covered": metrics.accuracy(leap_pred[covered], actual[covered]),
-        "table_accuracy_covered_gpu_hours": metrics.accuracy(table[covered], actual[covered],
-                                                             hours[covered]),
-        "leap_accuracy_covered_gpu_hours": metrics.accuracy(leap_pred[covered],
-                                                            actual[covered], hours[covered]),
-        "table_median_ape_covered": metrics.median_ape(table[covered], actual[covered]),
-        "leap_median_ape_covered": metrics.median_ape(leap_pred[covered], actual[covered]),
-        "leap_accuracy_all": metrics.accuracy(leap_pred, actual),
-        "leap_accuracy_all_gpu_hours": metrics.accuracy(leap_pred, actual, hours),
+    return LookupComparison(
+        n=len(jobs),
+        n_covered=int(covered.sum()),
+        keys=list(LOOKUP_KEY),
+        table_coverage=share(covered),
+        table_coverage_gpu_hours=share(covered, hours),
+        leap_coverage=share(np.isfinite(leap_pred)),
+        table_accuracy_covered=metrics.accuracy(table[covered], actual[covered]),
+        leap_accuracy_covered=metrics.accuracy(leap_pred[covered], actual[covered]),
+        table_accuracy_covered_gpu_hours=metrics.accuracy(table[covered], actual[covered],
+                                                          hours[covered]),
+        leap_accuracy_covered_gpu_hours=metrics.accuracy(leap_pred[covered],
+                                                         actual[covered], hours[covered]),
+        table_median_ape_covered=metrics.median_ape(table[covered], actual[covered]),
+        leap_median_ape_covered=metrics.median_ape(leap_pred[covered], actual[covered]),
+        leap_accuracy_all=metrics.accuracy(leap_pred, actual),
+        leap_accuracy_all_gpu_hours=metrics.accuracy(leap_pred, actual, hours),
         # The table answers nothing for uncovered rows: as a whole-day system it scores this.
-        "table_accuracy_all": metrics.accuracy(table, actual),
-    }
-    if catalog is not None:
-        out["spec_ratio_transfer"] = transfer_comparison(past, jobs, leap_pred, catalog)
-    return out
+        table_accuracy_all=metrics.accuracy(table, actual),
+        spec_ratio_transfer=None if catalog is None else transfer_comparison(
+            past, jobs, leap_pred, catalog))
 
 
 # Transfer to a type a family never ran on -----------------------------------------------------
@@ -253,7 +300,7 @@ def _shape_text(frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
 
 
 def transfer_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.ndarray,
-                        catalog: Catalog) -> dict[str, Any]:
+                        catalog: Catalog) -> TransferComparison:
     """LEAP beside the spec-ratio rule on held-out attempts of pairs without history.
 
     The rows are the held-out day's succeeded attempts whose family ran in the window but
@@ -262,7 +309,7 @@ def transfer_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.nd
 
     Returns
     -------
-    dict
+    TransferComparison
         Per group (``unobserved_pair_1``, ``_2``, ``_3plus``, ``all``): ``n``,
         ``rule_coverage``, and within ±20% and median APE of the rule and of LEAP on the
         covered rows.
@@ -280,18 +327,22 @@ def transfer_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.nd
     groups = {"unobserved_pair_1": unobserved & (n_types == 1),
               "unobserved_pair_2": unobserved & (n_types == 2),
               "unobserved_pair_3plus": unobserved & (n_types >= 3), "all": unobserved}
-    out: dict[str, Any] = {"rule": "spec ratio: the family's median on each type it ran on "
-                                   "x sqrt(peak FLOP/s ratio x memory bandwidth ratio), median "
-                                   "over those types"}
+    out: dict[str, TransferGroup] = {}
     for name, m in groups.items():
         cov = m & np.isfinite(est)
-        out[name] = {"n": int(m.sum()),
-                     "rule_coverage": float(cov.sum() / m.sum()) if m.any() else float("nan"),
-                     "rule_accuracy": metrics.accuracy(est[cov], actual[cov]),
-                     "leap_accuracy": metrics.accuracy(leap_pred[cov], actual[cov]),
-                     "rule_median_ape": metrics.median_ape(est[cov], actual[cov]),
-                     "leap_median_ape": metrics.median_ape(leap_pred[cov], actual[cov])}
-    return out
+        out[name] = TransferGroup(
+            n=int(m.sum()),
+            rule_coverage=float(cov.sum() / m.sum()) if m.any() else float("nan"),
+            rule_accuracy=metrics.accuracy(est[cov], actual[cov]),
+            leap_accuracy=metrics.accuracy(leap_pred[cov], actual[cov]),
+            rule_median_ape=metrics.median_ape(est[cov], actual[cov]),
+            leap_median_ape=metrics.median_ape(leap_pred[cov], actual[cov]))
+    return TransferComparison(rule="spec ratio: the family's median on each type it ran on "
+                                   "x sqrt(peak FLOP/s ratio x memory bandwidth ratio), median "
+                                   "over those types",
+                              unobserved_pair_1=out["unobserved_pair_1"],
+                              unobserved_pair_2=out["unobserved_pair_2"],
+                              unobserved_pair_3plus=out["unobserved_pair_3plus"], all=out["all"])
 
 
 # Ranking baselines ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,7 @@ import pandas as pd
 from leap.catalog import Catalog
 from leap.data.usage import device_hours, job_devices
 from leap.errors import DataError
-from leap.eval.impact_summary import summarize
+from leap.eval.impact_summary import ImpactFigures, summarize
 from leap.eval.ranking import (
     availability_rankings,
     eligible_names,
@@ -171,7 +171,7 @@ def replay_day(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalog,
 # Per-attempt figures ----------------------------------------------------------------------------
 def impact_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalog, *,
                  advice_depth: int | None = 3, delay_cost_weight: float = 1.0,
-                 aware_arm: bool = True, progress: Progress | None = None) -> dict[str, Any]:
+                 aware_arm: bool = True, progress: Progress | None = None) -> ImpactFigures:
     """Replay ``jobs`` (whole days of attempts) in every arm and summarise (module docstring).
 
     Parameters
@@ -196,7 +196,7 @@ def impact_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, costs: Catalo
 
     Returns
     -------
-    dict
+    ImpactFigures
         ``headline`` (the optimum's saving, each arm's saving and share of it, coverage and
         first-choice shares beside the paper's), per arm its totals, ``parts`` by placement
         kind, ``top_contributors``, ``trimmed``, ``bands`` and ``per_day``; the definitions.

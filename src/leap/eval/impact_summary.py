@@ -1,17 +1,18 @@
 """The impact study's figures: each arm's per-attempt costs and their summary (the headline,
 parts by placement kind, top contributors, trimmed and per-band figures, per-day spread,
-herding); the replay itself is :mod:`leap.eval.impact`."""
+herding) as :class:`ImpactFigures`; the replay itself is :mod:`leap.eval.impact`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from leap.eval.records import Record
 from leap.eval.replay import KINDS, WAITING, DayProblem, Optimum, Replay
 
 if TYPE_CHECKING:
@@ -28,6 +29,146 @@ BANDS: tuple[tuple[str, float, float], ...] = (("1", 1, 1), ("2-8", 2, 8), ("9-6
 TRIM_SHARE = 0.01
 TOP_CONTRIBUTORS = 10
 
+
+# The figures ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Contributor(Record):
+    """One attempt among those that move an arm's total most."""
+
+    attempt_id: str
+    devices: int
+    home: str
+    placed: str
+    kind: str
+    cost_change: float
+    share_of_baseline: float
+
+
+@dataclass(frozen=True)
+class Trimmed(Record):
+    """An arm's cost change without the attempts of largest baseline cost."""
+
+    dropped_attempts: int
+    cost_change: float
+
+
+@dataclass(frozen=True)
+class Band(Record):
+    """An arm's figures on one job-size band (devices)."""
+
+    attempts: int
+    baseline_cost: float
+    cost_change: float
+
+
+@dataclass(frozen=True)
+class DayChange(Record):
+    """An arm's cost change on one replayed day."""
+
+    day: str
+    cost_change: float
+
+
+@dataclass(frozen=True)
+class Herding(Record):
+    """How crowded an arm's first choices were (see :func:`_herding`)."""
+
+    first_choice_full_share: float
+    most_common_first_choice: str
+    most_common_first_choice_attempts: int
+
+
+@dataclass(frozen=True)
+class ArmSummary(Record):
+    """One arm over the replayed days: totals, changes against no advice, their parts by
+    placement kind, first-choice shares, top contributors, trimmed, per band and per day."""
+
+    OMIT_NONE = frozenset({"herding"})
+
+    total_cost: float
+    fleet_cost: float
+    delay_cost: float
+    cost_change: float
+    fleet_cost_change: float
+    parts: dict[str, float]
+    placement: dict[str, int]
+    first_choice_attempts: float
+    first_choice_gpu_hours: float
+    on_leap_top_attempts: float
+    on_leap_top_gpu_hours: float
+    cost_ratio_median: float
+    cost_ratio_geomean_gpu_hours: float
+    top_contributors: list[Contributor]
+    trimmed: Trimmed
+    bands: dict[str, Band]
+    per_day: list[DayChange]
+    spread: dict[str, float]
+    herding: Herding | None = None
+
+
+@dataclass(frozen=True)
+class HeadlineArm(Record):
+    """An advice arm's saving beside the optimum's, and its first-choice shares."""
+
+    saving: float
+    share_of_optimum: float
+    share_of_optimum_within_budget: float
+    fleet_saving: float
+    first_choice_attempts: float
+    first_choice_gpu_hours: float
+
+
+@dataclass(frozen=True)
+class Headline(Record):
+    """The optimum's saving, LEAP's coverage and each advice arm beside the paper."""
+
+    OMIT_NONE = frozenset({"leap", "leap_aware", "greedy_oracle"})
+
+    optimum_saving: float
+    optimum_within_budget_saving: float
+    coverage: float
+    coverage_gpu_hours: float
+    paper: dict[str, float]
+    leap: HeadlineArm | None = None
+    leap_aware: HeadlineArm | None = None
+    greedy_oracle: HeadlineArm | None = None
+
+    def arm(self, name: str) -> HeadlineArm | None:
+        """The arm called ``name`` (``leap``, ``leap_aware``, ``greedy_oracle``), if run."""
+        found: HeadlineArm | None = getattr(self, name, None)
+        return found
+
+
+@dataclass(frozen=True)
+class ImpactCoverage(Record):
+    """Share of attempts (GPU-hours) with an eligible type that LEAP ranked, and why not."""
+
+    attempts: float
+    gpu_hours: float
+    eligible_attempts: int
+    unranked_reasons: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ImpactFigures(Record):
+    """The impact study (:func:`leap.eval.impact.impact_study`): its JSON is :meth:`to_dict`."""
+
+    days: list[str]
+    n_attempts: int
+    gpu_hours: float
+    advice_depth: int | str
+    delay_cost_weight: float
+    baseline_cost: float
+    optimum_status: list[str]
+    headline: Headline
+    coverage: ImpactCoverage
+    budget_device_hours: float
+    arms: dict[str, ArmSummary]
+    currency: str
+    definitions: dict[str, str]
+
+
+# Per-attempt costs ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ArmCosts:
     """Per-attempt figures of one arm on one day (arrays in the day's row order)."""
@@ -88,8 +229,8 @@ def arm_costs_by_day(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0
 
 
 def summarize(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0,
-              advice_depth: int | None = 3) -> dict[str, Any]:
-    """The study's JSON-ready figures from replayed days (see :func:`impact_study`)."""
+              advice_depth: int | None = 3) -> ImpactFigures:
+    """The study's figures from replayed days (see :func:`impact_study`)."""
     costs = arm_costs_by_day(days, delay_cost_weight=delay_cost_weight)
     base = np.concatenate([d.problem.baseline_cost for d in days])
     gpu_h = np.concatenate([d.problem.demand[np.arange(len(d.problem.home)), d.problem.home]
@@ -103,63 +244,65 @@ def summarize(days: Sequence[DayArms], *, delay_cost_weight: float = 1.0,
     home = np.concatenate([d.problem.home for d in days])
     base_total = float(base.sum())
 
-    arms: dict[str, Any] = {}
+    arms: dict[str, ArmSummary] = {}
     for name in ARMS:
         if name not in costs:
             continue
         c = costs[name]
         changes = [_change(float(x.total.sum()), float(d.problem.baseline_cost.sum()))
                    for d, x in zip(days, c, strict=True)]
-        per_day = [{"day": d.day, "cost_change": v} for d, v in zip(days, changes, strict=True)]
         arms[name] = _arm_summary(
             cost=np.concatenate([x.cost for x in c]),
             delay=np.concatenate([x.delay_cost for x in c]),
             kind=np.concatenate([x.kind for x in c]),
             hw=np.concatenate([x.hardware for x in c]),
             base=base, gpu_h=gpu_h, devices=devices, leap_first=leap_first, ranked=ranked,
-            ids=ids, names=names, home=home) | {"per_day": per_day,
-                                                "spread": _spread(changes)}
-        if name != "optimum":
-            arms[name]["herding"] = _herding(days, name)
+            ids=ids, names=names, home=home,
+            per_day=[DayChange(d.day, v) for d, v in zip(days, changes, strict=True)],
+            spread=_spread(changes),
+            herding=None if name == "optimum" else _herding(days, name))
     reasons: dict[str, int] = {}
     for d in days:
         for k, v in d.unranked_reasons.items():
             reasons[k] = reasons.get(k, 0) + v
-    coverage = {"attempts": _share(ranked[has]), "gpu_hours": _share(ranked[has], gpu_h[has]),
-                "eligible_attempts": int(has.sum()), "unranked_reasons": reasons}
-    opt_saving = -arms["optimum"]["cost_change"]
+    coverage = ImpactCoverage(attempts=_share(ranked[has]),
+                              gpu_hours=_share(ranked[has], gpu_h[has]),
+                              eligible_attempts=int(has.sum()), unranked_reasons=reasons)
+    opt_saving = -arms["optimum"].cost_change
     strict = -_change(sum(d.within_budget.cost for d in days), base_total)
-    headline: dict[str, Any] = {
-        "optimum_saving": opt_saving,
-        "optimum_within_budget_saving": strict,
-        "coverage": coverage["attempts"], "coverage_gpu_hours": coverage["gpu_hours"],
-        "paper": PAPER,
-    }
-    for name in ("leap", "leap_aware", "greedy_oracle"):
-        if name in arms:
-            saving = -arms[name]["cost_change"]
-            headline[name] = {
-                "saving": saving,
-                "share_of_optimum": saving / opt_saving if opt_saving > 0 else math.nan,
-                "share_of_optimum_within_budget": saving / strict if strict > 0 else math.nan,
-                "fleet_saving": -arms[name]["fleet_cost_change"],
-                "first_choice_attempts": arms[name]["first_choice_attempts"],
-                "first_choice_gpu_hours": arms[name]["first_choice_gpu_hours"]}
-    return {
-        "days": [d.day for d in days],
-        "n_attempts": len(base),
-        "gpu_hours": float(gpu_h.sum()),
-        "advice_depth": advice_depth or "all",
-        "delay_cost_weight": delay_cost_weight,
-        "baseline_cost": base_total,
-        "optimum_status": sorted({d.optimum.status for d in days}),
-        "headline": headline,
-        "coverage": coverage,
-        "budget_device_hours": float(sum(d.problem.budget.sum() for d in days)),
-        "arms": arms,
-        "currency": "catalog cost units (USD in the default catalog)",
-        "definitions": DEFINITIONS,
-    }
+
+    def headline_arm(name: str) -> HeadlineArm | None:
+        if name not in arms:
+            return None
+        a = arms[name]
+        saving = -a.cost_change
+        return HeadlineArm(
+            saving=saving,
+            share_of_optimum=saving / opt_saving if opt_saving > 0 else math.nan,
+            share_of_optimum_within_budget=saving / strict if strict > 0 else math.nan,
+            fleet_saving=-a.fleet_cost_change, first_choice_attempts=a.first_choice_attempts,
+            first_choice_gpu_hours=a.first_choice_gpu_hours)
+
+    headline = Headline(optimum_saving=opt_saving, optimum_within_budget_saving=strict,
+                        coverage=coverage.attempts, coverage_gpu_hours=coverage.gpu_hours,
+                        paper=PAPER, leap=headline_arm("leap"),
+                        leap_aware=headline_arm("leap_aware"),
+                        greedy_oracle=headline_arm("greedy_oracle"))
+    return ImpactFigures(
+        days=[d.day for d in days],
+        n_attempts=len(base),
+        gpu_hours=float(gpu_h.sum()),
+        advice_depth=advice_depth or "all",
+        delay_cost_weight=delay_cost_weight,
+        baseline_cost=base_total,
+        optimum_status=sorted({d.optimum.status for d in days}),
+        headline=headline,
+        coverage=coverage,
+        budget_device_hours=float(sum(d.problem.budget.sum() for d in days)),
+        arms=arms,
+        currency="catalog cost units (USD in the default catalog)",
+        definitions=DEFINITIONS,
+    )
 
 
 DEFINITIONS: dict[str, str] = {
@@ -207,7 +350,8 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
 def _arm_summary(*, cost: np.ndarray, delay: np.ndarray, kind: np.ndarray, hw: np.ndarray,
                  base: np.ndarray, gpu_h: np.ndarray, devices: np.ndarray,
                  leap_first: np.ndarray, ranked: np.ndarray, ids: pd.Series,
-                 names: Sequence[str], home: np.ndarray) -> dict[str, Any]:
+                 names: Sequence[str], home: np.ndarray, per_day: list[DayChange],
+                 spread: dict[str, float], herding: Herding | None) -> ArmSummary:
     base_total = float(base.sum())
     total = cost + delay
     delta = total - base
@@ -217,47 +361,52 @@ def _arm_summary(*, cost: np.ndarray, delay: np.ndarray, kind: np.ndarray, hw: n
              for k in [*KINDS, "moved"] if (kind == k).any()}
     counts = {str(k): int((kind == k).sum()) for k in [*KINDS, "moved"] if (kind == k).any()}
     order = np.argsort(-np.abs(delta), kind="stable")[:TOP_CONTRIBUTORS]
-    top = [{"attempt_id": str(ids.iloc[i]), "devices": int(devices[i]),
-            "home": names[home[i]], "placed": names[hw[i]], "kind": str(kind[i]),
-            "cost_change": float(delta[i]),
-            "share_of_baseline": float(delta[i] / base_total) if base_total > 0 else math.nan}
+    top = [Contributor(attempt_id=str(ids.iloc[i]), devices=int(devices[i]),
+                       home=names[home[i]], placed=names[hw[i]], kind=str(kind[i]),
+                       cost_change=float(delta[i]),
+                       share_of_baseline=float(delta[i] / base_total) if base_total > 0
+                       else math.nan)
            for i in order if delta[i] != 0]
     n_trim = math.ceil(TRIM_SHARE * len(base))
     keep = np.ones(len(base), dtype=bool)
     keep[np.argsort(-base, kind="stable")[:n_trim]] = False
-    bands = {}
+    bands: dict[str, Band] = {}
     for label, lo, hi in BANDS:
         m = (devices >= lo) & (devices <= hi)
         if m.any():
-            bands[label] = {"attempts": int(m.sum()), "baseline_cost": float(base[m].sum()),
-                            "cost_change": _change(float(total[m].sum()), float(base[m].sum()))}
+            bands[label] = Band(attempts=int(m.sum()), baseline_cost=float(base[m].sum()),
+                                cost_change=_change(float(total[m].sum()),
+                                                    float(base[m].sum())))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = cost / base
     finite = np.isfinite(ratio) & (ratio > 0) & (base > 0)
     w = gpu_h[finite]
-    return {
-        "total_cost": float(total.sum()),
-        "fleet_cost": float(cost.sum()),
-        "delay_cost": float(delay.sum()),
-        "cost_change": _change(float(total.sum()), base_total),
-        "fleet_cost_change": _change(float(cost.sum()), base_total),
-        "parts": parts,
-        "placement": counts,
-        "first_choice_attempts": _share(first),
-        "first_choice_gpu_hours": _share(first, gpu_h),
-        "on_leap_top_attempts": _share(on_top),
-        "on_leap_top_gpu_hours": _share(on_top, gpu_h),
-        "cost_ratio_median": float(np.median(ratio[finite])) if finite.any() else math.nan,
-        "cost_ratio_geomean_gpu_hours": float(np.exp((w * np.log(ratio[finite])).sum()
-                                                     / w.sum())) if w.sum() > 0 else math.nan,
-        "top_contributors": top,
-        "trimmed": {"dropped_attempts": n_trim,
-                    "cost_change": _change(float(total[keep].sum()), float(base[keep].sum()))},
-        "bands": bands,
-    }
+    return ArmSummary(
+        total_cost=float(total.sum()),
+        fleet_cost=float(cost.sum()),
+        delay_cost=float(delay.sum()),
+        cost_change=_change(float(total.sum()), base_total),
+        fleet_cost_change=_change(float(cost.sum()), base_total),
+        parts=parts,
+        placement=counts,
+        first_choice_attempts=_share(first),
+        first_choice_gpu_hours=_share(first, gpu_h),
+        on_leap_top_attempts=_share(on_top),
+        on_leap_top_gpu_hours=_share(on_top, gpu_h),
+        cost_ratio_median=float(np.median(ratio[finite])) if finite.any() else math.nan,
+        cost_ratio_geomean_gpu_hours=float(np.exp((w * np.log(ratio[finite])).sum()
+                                                  / w.sum())) if w.sum() > 0 else math.nan,
+        top_contributors=top,
+        trimmed=Trimmed(dropped_attempts=n_trim,
+                        cost_change=_change(float(total[keep].sum()), float(base[keep].sum()))),
+        bands=bands,
+        per_day=per_day,
+        spread=spread,
+        herding=herding,
+    )
 
 
-def _herding(days: Sequence[DayArms], arm: str) -> dict[str, Any]:
+def _herding(days: Sequence[DayArms], arm: str) -> Herding:
     """How crowded the arm's first choices were: the share of advised attempts that did not
     get their first choice, and the type that took the most first-choice placements."""
     first_counts: dict[str, int] = {}
@@ -275,6 +424,5 @@ def _herding(days: Sequence[DayArms], arm: str) -> dict[str, Any]:
         advised += int(with_advice.sum())
         full += int((with_advice & (placed.kind != 0)).sum())
     top = max(first_counts.items(), key=lambda kv: kv[1]) if first_counts else ("", 0)
-    return {"first_choice_full_share": full / advised if advised else math.nan,
-            "most_common_first_choice": top[0],
-            "most_common_first_choice_attempts": top[1]}
+    return Herding(first_choice_full_share=full / advised if advised else math.nan,
+                   most_common_first_choice=top[0], most_common_first_choice_attempts=top[1])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +37,7 @@ from leap.arch import SUMMARY_COLUMNS
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
 from leap.errors import ConfigError, ParamError
+from leap.eval.records import Record
 from leap.model.train import WindowModel, family_seen, train_window
 from leap.model.window import TrainConfig, day_start, window_attempts
 
@@ -45,6 +47,50 @@ ARCHITECTURE_COLUMNS: tuple[str, ...] = (*SUMMARY_COLUMNS, "num_dense_features",
 _DAY = timedelta(days=1)
 
 Progress = Callable[[str], None]
+#: A model's training settings as the studies record them (window, kind, specialists ...).
+TrainSettings = dict[str, int | str | bool]
+
+
+@dataclass(frozen=True)
+class FamilyComparison(Record):
+    """The same attempts scored seen, held out with prior and held out without prior
+    (accuracy blocks of :func:`score_block`); only ``n`` when there are none."""
+
+    OMIT_NONE = frozenset({"families", "model_types", "seen", "held_out_with_prior",
+                           "held_out_without_prior", "new_to_held_out_model", "drop_points",
+                           "prior_recovers_points"})
+
+    n: int
+    families: int | None = None
+    model_types: int | None = None
+    seen: dict[str, float] | None = None
+    held_out_with_prior: dict[str, float] | None = None
+    held_out_without_prior: dict[str, float] | None = None
+    new_to_held_out_model: float | None = None
+    drop_points: float | None = None
+    prior_recovers_points: float | None = None
+
+
+@dataclass(frozen=True)
+class NewFamiliesResult(Record):
+    """:func:`new_families_study`: what was left out, and each group's comparison."""
+
+    day: str
+    window_days: int
+    seed: int
+    type_share: float
+    held_out_attempts: int
+    left_out_model_types: list[str]
+    left_out_families: int
+    left_out_training_attempts: int
+    single_family_id: str | None
+    overall_seen: dict[str, float]
+    model_type_groups: FamilyComparison
+    model_type_groups_by_category: dict[str, FamilyComparison]
+    single_family: FamilyComparison
+    new_on_the_day: FamilyComparison
+    timings: dict[str, float]
+    train_config: TrainSettings
 
 
 def choose_left_out(past: pd.DataFrame, held: pd.DataFrame, *, type_share: float, seed: int
@@ -106,29 +152,28 @@ def score_block(pred: np.ndarray, jobs: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def _compare(seen: WindowModel, held_out: WindowModel, jobs: pd.DataFrame) -> dict[str, Any]:
+def _compare(seen: WindowModel, held_out: WindowModel, jobs: pd.DataFrame) -> FamilyComparison:
     """Seen / held out with prior / held out without prior on the same ``jobs``."""
     if not len(jobs):
-        return {"n": 0}
-    with_prior = held_out.artifact.predict(jobs)
-    out: dict[str, Any] = {
-        "n": len(jobs),
-        "families": int(jobs["family_id"].nunique()),
-        "model_types": int(jobs["model_type"].nunique()),
-        "seen": score_block(seen.artifact.predict(jobs), jobs),
-        "held_out_with_prior": score_block(with_prior, jobs),
-        "held_out_without_prior": score_block(held_out.artifact.predict(_blank(jobs)), jobs),
-        "new_to_held_out_model": float((~family_seen(held_out.artifact.snapshot, jobs)).mean()),
-    }
-    out["drop_points"] = 100 * (out["seen"]["accuracy"]
-                                - out["held_out_with_prior"]["accuracy"])
-    out["prior_recovers_points"] = 100 * (out["held_out_with_prior"]["accuracy"]
-                                          - out["held_out_without_prior"]["accuracy"])
-    return out
+        return FamilyComparison(n=0)
+    seen_block = score_block(seen.artifact.predict(jobs), jobs)
+    with_prior = score_block(held_out.artifact.predict(jobs), jobs)
+    without_prior = score_block(held_out.artifact.predict(_blank(jobs)), jobs)
+    return FamilyComparison(
+        n=len(jobs),
+        families=int(jobs["family_id"].nunique()),
+        model_types=int(jobs["model_type"].nunique()),
+        seen=seen_block,
+        held_out_with_prior=with_prior,
+        held_out_without_prior=without_prior,
+        new_to_held_out_model=float((~family_seen(held_out.artifact.snapshot, jobs)).mean()),
+        drop_points=100 * (seen_block["accuracy"] - with_prior["accuracy"]),
+        prior_recovers_points=100 * (with_prior["accuracy"] - without_prior["accuracy"]),
+    )
 
 
 def _by_category(seen: WindowModel, held_out: WindowModel, jobs: pd.DataFrame
-                 ) -> dict[str, Any]:
+                 ) -> dict[str, FamilyComparison]:
     if "model_category" not in jobs.columns:
         return {}
     return {str(cat): _compare(seen, held_out, part.reset_index(drop=True))
@@ -137,7 +182,7 @@ def _by_category(seen: WindowModel, held_out: WindowModel, jobs: pd.DataFrame
 
 def new_families_study(store: Any, catalog: Catalog, cfg: TrainConfig | None = None, *,
                        as_of: datetime | None = None, type_share: float = 0.1, seed: int = 0,
-                       progress: Progress | None = None) -> dict[str, Any]:
+                       progress: Progress | None = None) -> NewFamiliesResult:
     """Accuracy on families left out of training, beside the same families seen.
 
     Parameters
@@ -158,7 +203,7 @@ def new_families_study(store: Any, catalog: Catalog, cfg: TrainConfig | None = N
 
     Returns
     -------
-    dict
+    NewFamiliesResult
         ``model_type_groups`` and ``single_family`` blocks (``seen``,
         ``held_out_with_prior``, ``held_out_without_prior``, ``drop_points``,
         ``prior_recovers_points``), per category for the groups, ``new_on_the_day`` (the
@@ -194,26 +239,29 @@ def new_families_study(store: Any, catalog: Catalog, cfg: TrainConfig | None = N
     single_jobs = held[(held["family_id"] == family).to_numpy()].reset_index(drop=True)
     fresh = ~family_seen(seen.artifact.snapshot, held) & ~in_types
     new_jobs = held[fresh].reset_index(drop=True)
-    result: dict[str, Any] = {
-        "day": day.date().isoformat(),
-        "window_days": cfg.window_days,
-        "seed": seed,
-        "type_share": type_share,
-        "held_out_attempts": len(held),
-        "left_out_model_types": types,
-        "left_out_families": len(out_families),
-        "left_out_training_attempts": int(dropped.sum()),
-        "single_family_id": family,
-        "overall_seen": score_block(seen.artifact.predict(held), held),
-        "model_type_groups": _compare(seen, held_out, group_jobs),
-        "model_type_groups_by_category": _by_category(seen, held_out, group_jobs),
-        "single_family": _compare(seen, held_out, single_jobs),
-        "new_on_the_day": _compare(seen, held_out, new_jobs),
-    }
+    groups = _compare(seen, held_out, group_jobs)
+    by_category = _by_category(seen, held_out, group_jobs)
+    single = _compare(seen, held_out, single_jobs)
+    new_on_the_day = _compare(seen, held_out, new_jobs)
+    overall = score_block(seen.artifact.predict(held), held)
     timings["score_s"] = time.perf_counter() - t2
     timings["total_s"] = time.perf_counter() - t0
-    result["timings"] = timings
-    result["train_config"] = {"window_days": cfg.window_days, "model_kind": cfg.model_kind,
-                              "n_specialists": cfg.n_specialists}
-    return result
-
+    return NewFamiliesResult(
+        day=day.date().isoformat(),
+        window_days=cfg.window_days,
+        seed=seed,
+        type_share=type_share,
+        held_out_attempts=len(held),
+        left_out_model_types=types,
+        left_out_families=len(out_families),
+        left_out_training_attempts=int(dropped.sum()),
+        single_family_id=family,
+        overall_seen=overall,
+        model_type_groups=groups,
+        model_type_groups_by_category=by_category,
+        single_family=single,
+        new_on_the_day=new_on_the_day,
+        timings=timings,
+        train_config={"window_days": cfg.window_days, "model_kind": cfg.model_kind,
+                      "n_specialists": cfg.n_specialists},
+    )

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +28,10 @@ import pandas as pd
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
 from leap.errors import CatalogError, ConfigError, ParamError, did_you_mean
-from leap.eval.new_families import score_block
+from leap.eval.new_families import TrainSettings, score_block
 from leap.eval.oracle import oracle_fleet
 from leap.eval.rank_quality import order_quality, summarize_quality
+from leap.eval.records import Record
 from leap.model.train import WindowModel, train_window
 from leap.model.window import TrainConfig, day_start, window_attempts
 
@@ -41,6 +43,110 @@ _DAY = timedelta(days=1)
 #: Days of history at which the newest type's curve is scored (capped by the store).
 DEFAULT_CURVE_DAYS: tuple[int, ...] = (0, 1, 2, 3, 5, 7, 10, 14, 20)
 Progress = Callable[[str], None]
+
+
+# The results --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TypeRanking(Record):
+    """:func:`rank_on_type`: the jobs sampled, and per model (``seen``, ``held_out``,
+    ``leap`` ...) its :func:`~leap.eval.rank_quality.summarize_quality` figures with
+    ``coverage`` and ``picks_type``. In the JSON each model's block sits at the top level."""
+
+    OMIT_NONE = frozenset({"n_eligible", "type_is_best"})
+
+    n_sampled: int
+    n_eligible: int | None = None
+    type_is_best: float | None = None
+    models: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def model(self, name: str) -> dict[str, float]:
+        """The figures of model ``name`` (empty when it ranked nothing)."""
+        return self.models.get(name, {})
+
+    def to_dict(self) -> dict[str, Any]:
+        head: dict[str, Any] = {} if self.n_eligible is None else {
+            "n_eligible": self.n_eligible}
+        head["n_sampled"] = self.n_sampled
+        if self.type_is_best is not None:
+            head["type_is_best"] = self.type_is_best
+        return head | {k: dict(v) for k, v in self.models.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TypeRanking:
+        plain = ("n_eligible", "n_sampled", "type_is_best")
+        return cls(n_sampled=data["n_sampled"], n_eligible=data.get("n_eligible"),
+                   type_is_best=data.get("type_is_best"),
+                   models={k: dict(v) for k, v in data.items() if k not in plain})
+
+
+@dataclass(frozen=True)
+class HeldOutType(Record):
+    """One type held out: its attempts of the day scored by the model that saw it and by the
+    one that did not (accuracy blocks, absent without attempts), and the ranking check
+    (simulated stores)."""
+
+    OMIT_NONE = frozenset({"seen", "held_out", "drop_points", "ranking"})
+
+    n: int
+    training_attempts_left_out: int
+    seen: dict[str, float] | None = None
+    held_out: dict[str, float] | None = None
+    drop_points: float | None = None
+    ranking: TypeRanking | None = None
+
+
+@dataclass(frozen=True)
+class CurveNight(Record):
+    """The newest type on one night: its accuracy (when it ran that day) beside the fleet's."""
+
+    OMIT_NONE = frozenset({"accuracy", "gap_points"})
+
+    day: str
+    days_of_history: int
+    n: int
+    fleet_accuracy: float
+    accuracy: float | None = None
+    gap_points: float | None = None
+
+
+@dataclass(frozen=True)
+class NewestTypeCurve(Record):
+    """:func:`newest_type_curve`: the newest type night by night (``hardware`` None, with a
+    ``note``, when every type is in the store from its first day)."""
+
+    hardware: str | None
+    nights: list[CurveNight]
+    first_day: str | None = None
+    days_to_fleet_accuracy: int | None = None
+    definition: str | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        nights = [n.to_dict() for n in self.nights]
+        if self.hardware is None:
+            return {"hardware": None, "nights": nights, "note": self.note}
+        return {"hardware": self.hardware, "first_day": self.first_day, "nights": nights,
+                "days_to_fleet_accuracy": self.days_to_fleet_accuracy,
+                "definition": self.definition}
+
+
+@dataclass(frozen=True)
+class NewHardwareResult(Record):
+    """:func:`new_hardware_study`: each held-out type, the newest type's curve, timings."""
+
+    OMIT_NONE = frozenset({"curve"})
+
+    day: str
+    window_days: int
+    seed: int
+    sample: int
+    simulated: bool
+    overall_seen: dict[str, float]
+    types: dict[str, HeldOutType]
+    curve: NewestTypeCurve | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    train_config: TrainSettings = field(default_factory=dict)
+    definitions: dict[str, str] = field(default_factory=dict)
 
 
 def check_hardware(names: Sequence[str], catalog: Catalog) -> list[str]:
@@ -79,7 +185,7 @@ def newest_type(store: Store) -> tuple[str, datetime] | None:
 
 # Ranking on jobs that could run on one type -------------------------------------------------
 def rank_on_type(models: dict[str, WindowModel], fleet: Fleet, jobs: pd.DataFrame,
-                 hardware: str, costs: Catalog, *, sample: int, seed: int) -> dict[str, Any]:
+                 hardware: str, costs: Catalog, *, sample: int, seed: int) -> TypeRanking:
     """Ranking quality of each model on sampled ``jobs`` whose eligible types include
     ``hardware`` (and at least one other), against the oracle's true values.
 
@@ -99,7 +205,7 @@ def rank_on_type(models: dict[str, WindowModel], fleet: Fleet, jobs: pd.DataFram
 
     jobs = jobs.reset_index(drop=True)
     if not len(jobs):
-        return {"n_sampled": 0}
+        return TypeRanking(n_sampled=0)
     known = [n for n in fleet.hardware_names if n in costs]
     cands = eligible_names(fleet, jobs, known)
     pool = np.flatnonzero([hardware in c and len(c) >= 2 for c in cands])
@@ -108,17 +214,16 @@ def rank_on_type(models: dict[str, WindowModel], fleet: Fleet, jobs: pd.DataFram
         else pool
     picked = jobs.iloc[pick].reset_index(drop=True)
     cand = [cands[i] for i in pick]
-    out: dict[str, Any] = {"n_eligible": len(pool), "n_sampled": len(picked)}
     if not len(picked):
-        return out
+        return TypeRanking(n_sampled=0, n_eligible=len(pool))
     truth = true_throughputs(fleet, picked, cand)
     values = true_values(fleet, picked, cand, costs)
     rankers = {k: Ranker(m.artifact, costs=costs) for k, m in models.items()}
     first = next(iter(rankers.values()))
     vals = policy_values(first, picked, truth, values)
     hours = device_hours(picked)
-    out["type_is_best"] = float(np.mean([bool(v) and oracle_order(v)[0] == hardware
-                                         for v in vals]))
+    type_is_best = float(np.mean([bool(v) and oracle_order(v)[0] == hardware for v in vals]))
+    blocks: dict[str, dict[str, float]] = {}
     for key, ranker in rankers.items():
         orders = [[r.hardware for r in res.ranking]
                   for res in leap_rankings(ranker, picked, cand)]
@@ -128,8 +233,9 @@ def rank_on_type(models: dict[str, WindowModel], fleet: Fleet, jobs: pd.DataFram
         block["coverage"] = float(ranked.mean())
         block["picks_type"] = float(np.mean([o[0] == hardware for o in orders if o])) \
             if ranked.any() else math.nan
-        out[key] = block
-    return out
+        blocks[key] = block
+    return TypeRanking(n_sampled=len(picked), n_eligible=len(pool), type_is_best=type_is_best,
+                       models=blocks)
 
 
 # The study ----------------------------------------------------------------------------------
@@ -150,7 +256,7 @@ def new_hardware_study(store: Store, catalog: Catalog, cfg: TrainConfig | None =
                        as_of: datetime | None = None, sample: int = 500, seed: int = 0,
                        curve_days: Sequence[int] | None = DEFAULT_CURVE_DAYS,
                        costs: Catalog | None = None,
-                       progress: Progress | None = None) -> dict[str, Any]:
+                       progress: Progress | None = None) -> NewHardwareResult:
     """Accuracy and ranking regret on types held out of training, and the newest type's curve.
 
     Parameters
@@ -178,7 +284,7 @@ def new_hardware_study(store: Store, catalog: Catalog, cfg: TrainConfig | None =
 
     Returns
     -------
-    dict
+    NewHardwareResult
         ``types``: per type ``n`` (its succeeded attempts of the day), ``seen`` and
         ``held_out`` accuracy blocks, ``drop_points`` and ``ranking`` (simulated stores);
         ``curve``: the newest type, its first day and per night its accuracy beside the
@@ -202,43 +308,38 @@ def new_hardware_study(store: Store, catalog: Catalog, cfg: TrainConfig | None =
     seen = train_window(attempts, catalog, day, cfg)
     day_rows = attempts[attempts["submitted_at"] >= day].reset_index(drop=True)
     timings = {"train_seen_s": time.perf_counter() - t0}
-    types: dict[str, Any] = {}
+    types: dict[str, HeldOutType] = {}
     for name in names:
         say(f"training without {name}")
         t1 = time.perf_counter()
         held = held_out_type(attempts, catalog, day, cfg, name)
         jobs = _type_jobs(seen, name)
         window = attempts[(attempts["submitted_at"] < day)]
-        block: dict[str, Any] = {"n": len(jobs),
-                                 "training_attempts_left_out": int(
-                                     (window["hardware"] == name).sum())}
+        seen_block: dict[str, float] | None = None
+        held_block: dict[str, float] | None = None
+        drop: float | None = None
         if len(jobs):
-            block["seen"] = score_block(seen.artifact.predict(jobs), jobs)
-            block["held_out"] = score_block(held.artifact.predict(jobs), jobs)
-            block["drop_points"] = 100 * (block["seen"]["accuracy"]
-                                          - block["held_out"]["accuracy"])
+            seen_block = score_block(seen.artifact.predict(jobs), jobs)
+            held_block = score_block(held.artifact.predict(jobs), jobs)
+            drop = 100 * (seen_block["accuracy"] - held_block["accuracy"])
+        ranking: TypeRanking | None = None
         if fleet is not None:
             say(f"ranking jobs that could run on {name}")
-            block["ranking"] = rank_on_type({"seen": seen, "held_out": held}, fleet, day_rows,
-                                            name, costs, sample=sample, seed=seed)
+            ranking = rank_on_type({"seen": seen, "held_out": held}, fleet, day_rows, name,
+                                   costs, sample=sample, seed=seed)
         timings[f"{name}_s"] = time.perf_counter() - t1
-        types[name] = block
-    result: dict[str, Any] = {
-        "day": day.date().isoformat(), "window_days": cfg.window_days, "seed": seed,
-        "sample": sample, "simulated": fleet is not None,
-        "overall_seen": score_block(np.exp(seen.eval_pred_log), seen.eval_jobs),
-        "types": types,
-    }
+        types[name] = HeldOutType(
+            n=len(jobs), training_attempts_left_out=int((window["hardware"] == name).sum()),
+            seen=seen_block, held_out=held_block, drop_points=drop, ranking=ranking)
+    overall = score_block(np.exp(seen.eval_pred_log), seen.eval_jobs)
+    curve: NewestTypeCurve | None = None
     if curve_days:
         t2 = time.perf_counter()
-        result["curve"] = newest_type_curve(store, catalog, cfg, until=day,
-                                            days_of_history=curve_days, progress=say)
+        curve = newest_type_curve(store, catalog, cfg, until=day, days_of_history=curve_days,
+                                  progress=say)
         timings["curve_s"] = time.perf_counter() - t2
     timings["total_s"] = time.perf_counter() - t0
-    result["timings"] = timings
-    result["train_config"] = {"window_days": cfg.window_days, "model_kind": cfg.model_kind,
-                              "n_specialists": cfg.n_specialists, "pair_model": cfg.pair_model}
-    result["definitions"] = {
+    definitions = {
         "held_out": "trained without any attempt on the type (window and lookback); the "
                     "catalog still knows its specs, so leap predicts it from specs and the "
                     "transfer from other types",
@@ -247,12 +348,18 @@ def new_hardware_study(store: Store, catalog: Catalog, cfg: TrainConfig | None =
         "curve": "the newest type's attempts of each night, scored by the model trained on "
                  "the window before that night, beside the fleet's accuracy that night",
     }
-    return result
+    return NewHardwareResult(
+        day=day.date().isoformat(), window_days=cfg.window_days, seed=seed, sample=sample,
+        simulated=fleet is not None, overall_seen=overall, types=types, curve=curve,
+        timings=timings,
+        train_config={"window_days": cfg.window_days, "model_kind": cfg.model_kind,
+                      "n_specialists": cfg.n_specialists, "pair_model": cfg.pair_model},
+        definitions=definitions)
 
 
 def newest_type_curve(store: Store, catalog: Catalog, cfg: TrainConfig, *, until: datetime,
                       days_of_history: Sequence[int] = DEFAULT_CURVE_DAYS,
-                      progress: Progress | None = None) -> dict[str, Any]:
+                      progress: Progress | None = None) -> NewestTypeCurve:
     """Accuracy on the newest type per night since its first day, beside the fleet's.
 
     Night ``k`` (``k`` in ``days_of_history``, at most ``until``) is the type's first day
@@ -261,10 +368,11 @@ def newest_type_curve(store: Store, catalog: Catalog, cfg: TrainConfig, *, until
     say = progress or (lambda _stage: None)
     found = newest_type(store)
     if found is None:
-        return {"hardware": None, "nights": [],
-                "note": "every type is in the store from its first day: no newest type"}
+        return NewestTypeCurve(
+            hardware=None, nights=[],
+            note="every type is in the store from its first day: no newest type")
     name, first = found
-    nights: list[dict[str, Any]] = []
+    nights: list[CurveNight] = []
     for k in sorted({int(k) for k in days_of_history if k >= 0}):
         night = first + k * _DAY
         if night > until:
@@ -274,15 +382,17 @@ def newest_type_curve(store: Store, catalog: Catalog, cfg: TrainConfig, *, until
         model = train_window(attempts, catalog, night, cfg)
         jobs = _type_jobs(model, name)
         fleet_acc = model.metrics.get("held_out", {}).get("accuracy", math.nan)
-        row: dict[str, Any] = {"day": night.date().isoformat(), "days_of_history": k,
-                               "n": len(jobs), "fleet_accuracy": fleet_acc}
+        accuracy: float | None = None
+        gap: float | None = None
         if len(jobs):
-            row["accuracy"] = score_block(model.artifact.predict(jobs), jobs)["accuracy"]
-            row["gap_points"] = 100 * (fleet_acc - row["accuracy"])
-        nights.append(row)
-    reached = [n["days_of_history"] for n in nights
-               if "accuracy" in n and n["fleet_accuracy"] - n["accuracy"] <= 0.02]
-    return {"hardware": name, "first_day": first.date().isoformat(), "nights": nights,
-            "days_to_fleet_accuracy": reached[0] if reached else None,
-            "definition": "days_to_fleet_accuracy: the first scored night whose accuracy on "
-                          "the type is within 2 points of the fleet's"}
+            accuracy = score_block(model.artifact.predict(jobs), jobs)["accuracy"]
+            gap = 100 * (fleet_acc - accuracy)
+        nights.append(CurveNight(day=night.date().isoformat(), days_of_history=k, n=len(jobs),
+                                 fleet_accuracy=fleet_acc, accuracy=accuracy, gap_points=gap))
+    reached = [n.days_of_history for n in nights
+               if n.accuracy is not None and n.fleet_accuracy - n.accuracy <= 0.02]
+    return NewestTypeCurve(
+        hardware=name, first_day=first.date().isoformat(), nights=nights,
+        days_to_fleet_accuracy=reached[0] if reached else None,
+        definition="days_to_fleet_accuracy: the first scored night whose accuracy on the "
+                   "type is within 2 points of the fleet's")

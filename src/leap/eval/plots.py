@@ -7,11 +7,16 @@ import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from leap.eval.tables import ARM_LABELS, METHOD_LABELS, pct, signed_pct
+
+if TYPE_CHECKING:
+    from leap.eval.backtest import BacktestResult
+    from leap.eval.impact_summary import ImpactFigures
+    from leap.eval.studies import LookupResult, RankingResult
 
 PLOTS: dict[str, str] = {
     "backtest": "accuracy_per_night.png",
@@ -32,10 +37,10 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_accuracy(backtest: Mapping[str, Any], path: Path) -> None:
+def plot_accuracy(backtest: BacktestResult, path: Path) -> None:
     """Accuracy per night (both weightings, seen/unseen families) with the oracle ceiling."""
     plt = _pyplot()
-    nights = backtest["nights"]
+    nights = backtest.nights
     days = [datetime.fromisoformat(n["day"]) for n in nights]
 
     def series(*keys: str) -> np.ndarray:
@@ -50,7 +55,7 @@ def plot_accuracy(backtest: Mapping[str, Any], path: Path) -> None:
     import matplotlib.dates as mdates
 
     fig, ax = plt.subplots(figsize=(9, 5.6), dpi=110)
-    paper = backtest["summary"].get("paper", {})
+    paper = backtest.summary.get("paper", {})
     if paper:
         ax.axhspan(100 * paper["accuracy_min"], 100 * paper["accuracy_max"], color="0.88",
                    label="paper's 30 nights (73.5–80.6%)")
@@ -64,7 +69,7 @@ def plot_accuracy(backtest: Mapping[str, Any], path: Path) -> None:
             label="LEAP, families seen in the window")
     ax.plot(days, series("held_out", "unseen_families", "accuracy"), "v:", color="C3", ms=4,
             label="LEAP, unseen (new) families")
-    med = backtest["summary"]["accuracy"]["median"] if backtest["summary"].get(
+    med = backtest.summary["accuracy"]["median"] if backtest.summary.get(
         "accuracy") else math.nan
     ax.set_title(f"Held-out accuracy per night ({len(nights)} nightly retrainings, "
                  f"median {pct(med)})")
@@ -83,10 +88,10 @@ def plot_accuracy(backtest: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_errors(backtest: Mapping[str, Any], path: Path) -> None:
+def plot_errors(backtest: BacktestResult, path: Path) -> None:
     """Distribution of predicted / measured throughput over all nights, ±20% shaded."""
     plt = _pyplot()
-    nights = backtest["nights"]
+    nights = backtest.nights
     edges = np.array(nights[0]["error_hist"]["log10_edges"])
     counts = np.sum([n["error_hist"]["counts"] for n in nights], axis=0).astype(float)
     total = counts.sum()
@@ -117,15 +122,14 @@ def _bar_labels(ax: Any, bars: Any) -> None:
                         va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
 
 
-def plot_lookup(lookup: Mapping[str, Any], path: Path) -> None:
+def plot_lookup(lookup: LookupResult, path: Path) -> None:
     """Coverage and accuracy of the lookup table beside LEAP on one held-out day."""
     plt = _pyplot()
     groups = ["coverage", "accuracy on the\ntable's covered subset",
               "accuracy on all attempts\n(no estimate = miss)"]
-    table = [lookup["table_coverage"], lookup["table_accuracy_covered"],
-             lookup["table_accuracy_all"]]
-    leap = [lookup["leap_coverage"], lookup["leap_accuracy_covered"],
-            lookup["leap_accuracy_all"]]
+    lk = lookup.figures
+    table = [lk.table_coverage, lk.table_accuracy_covered, lk.table_accuracy_all]
+    leap = [lk.leap_coverage, lk.leap_accuracy_covered, lk.leap_accuracy_all]
     x = np.arange(len(groups))
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     _bar_labels(ax, ax.bar(x - 0.2, 100 * np.array(table, float), 0.4, color="C7",
@@ -135,8 +139,8 @@ def plot_lookup(lookup: Mapping[str, Any], path: Path) -> None:
     ax.set_xticks(x, groups)
     ax.set_ylim(0, 110)
     ax.set_ylabel("share of held-out attempts (%)")
-    ax.set_title(f"Lookup table vs LEAP on {lookup.get('day', 'the held-out day')} "
-                 f"({lookup['n']:,} attempts, {lookup['n_covered']:,} covered by the table)")
+    ax.set_title(f"Lookup table vs LEAP on {lookup.day or 'the held-out day'} "
+                 f"({lk.n:,} attempts, {lk.n_covered:,} covered by the table)")
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
@@ -144,14 +148,15 @@ def plot_lookup(lookup: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_ranking(ranking: Mapping[str, Any], path: Path) -> None:
+def plot_ranking(ranking: RankingResult, path: Path) -> None:
     """Top-1 agreement per method, and the distribution of value regret (CDF)."""
     plt = _pyplot()
-    methods = [m for m in ranking["methods"] if ranking["methods"][m].get("n")]
+    rk = ranking.figures
+    methods = [m for m in rk.methods if rk.methods[m].get("n")]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.2), dpi=110)
     y = np.arange(len(methods))
-    top1 = [100 * ranking["methods"][m]["top1_agreement"] for m in methods]
-    regret = [100 * ranking["methods"][m]["mean_regret"] for m in methods]
+    top1 = [100 * rk.methods[m]["top1_agreement"] for m in methods]
+    regret = [100 * rk.methods[m]["mean_regret"] for m in methods]
     ax1.barh(y - 0.2, top1, 0.4, color="C0", label="top-1 agreement with the oracle")
     ax1.barh(y + 0.2, regret, 0.4, color="C3", label="mean value regret of the top choice")
     ax1.set_yticks(y, [METHOD_LABELS.get(m, m) for m in methods])
@@ -162,7 +167,7 @@ def plot_ranking(ranking: Mapping[str, Any], path: Path) -> None:
     ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     ax1.grid(alpha=0.3, axis="x")
     for i, m in enumerate(methods):
-        vals = np.sort(np.array(ranking["regrets"].get(m, []), dtype=float))
+        vals = np.sort(np.array(rk.regrets.get(m, []), dtype=float))
         vals = vals[np.isfinite(vals)]
         if len(vals):
             ax2.step(100 * np.r_[0.0, vals], 100 * np.arange(len(vals) + 1) / len(vals),
@@ -171,7 +176,7 @@ def plot_ranking(ranking: Mapping[str, Any], path: Path) -> None:
     ax2.set_ylabel("jobs with at most this regret (%)")
     ax2.set_xlim(0, 100)
     ax2.set_ylim(0, 101)
-    ax2.set_title(f"Regret distribution ({ranking['n_sampled']:,} sampled jobs)")
+    ax2.set_title(f"Regret distribution ({rk.n_sampled:,} sampled jobs)")
     ax2.legend(fontsize=8, loc="lower right")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
@@ -179,24 +184,24 @@ def plot_ranking(ranking: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_impact(impact: Mapping[str, Any], path: Path) -> None:
+def plot_impact(impact: ImpactFigures, path: Path) -> None:
     """Cost change per arm split by placement kind, and the first-choice shares."""
     plt = _pyplot()
-    arms = list(impact["arms"])
+    arms = list(impact.arms)
     labels = [ARM_LABELS.get(a, a) for a in arms]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5), dpi=110)
     x = np.arange(len(arms))
     pos = np.zeros(len(arms))
     neg = np.zeros(len(arms))
     for i, kind in enumerate(("on_advice", "displaced", "home", "waiting", "moved")):
-        v = np.array([100 * impact["arms"][a]["parts"].get(kind, 0.0) for a in arms])
+        v = np.array([100 * impact.arms[a].parts.get(kind, 0.0) for a in arms])
         if not np.any(v):
             continue
         bottom = np.where(v >= 0, pos, neg)
         ax1.bar(x, v, 0.6, bottom=bottom, color=f"C{i}", label=kind)
         pos += np.maximum(v, 0)
         neg += np.minimum(v, 0)
-    totals = [impact["arms"][a]["cost_change"] for a in arms]
+    totals = [impact.arms[a].cost_change for a in arms]
     ax1.scatter(x, [100 * c for c in totals], marker="D", color="k", zorder=3,
                 label="total")
     for xi, c in zip(x, totals, strict=True):
@@ -208,25 +213,25 @@ def plot_impact(impact: Mapping[str, Any], path: Path) -> None:
     ax1.axhline(0, color="k", lw=0.8)
     ax1.set_xticks(x, labels, rotation=15)
     ax1.set_ylabel("cost change against no advice (%)")
-    ax1.set_title(f"Cost for the same work, by placement kind\n({', '.join(impact['days'])}, "
-                  f"advice depth {impact.get('advice_depth', '?')})")
+    ax1.set_title(f"Cost for the same work, by placement kind\n({', '.join(impact.days)}, "
+                  f"advice depth {impact.advice_depth})")
     ax1.legend(fontsize=8)
     ax1.grid(alpha=0.3, axis="y")
     shown = [a for a in arms if a not in ("baseline", "optimum")]
     xs = np.arange(len(shown) + 1)
-    paper = impact["headline"]["paper"]
+    paper = impact.headline.paper
     att = [100 * paper["first_choice_attempts"]] + [
-        100 * impact["arms"][a]["first_choice_attempts"] for a in shown]
+        100 * impact.arms[a].first_choice_attempts for a in shown]
     gh = [100 * paper["first_choice_gpu_hours"]] + [
-        100 * impact["arms"][a]["first_choice_gpu_hours"] for a in shown]
+        100 * impact.arms[a].first_choice_gpu_hours for a in shown]
     _bar_labels(ax2, ax2.bar(xs - 0.2, att, 0.4, color="C0", label="share of attempts"))
     _bar_labels(ax2, ax2.bar(xs + 0.2, gh, 0.4, color="C1", label="share of GPU-hours"))
     ax2.set_xticks(xs, ["paper"] + [ARM_LABELS.get(a, a) for a in shown], rotation=15)
     ax2.set_ylim(0, 105)
     ax2.set_ylabel("placed on the first advised type (%)")
-    cov = impact["coverage"]
-    ax2.set_title(f"Placed on the first choice\n(LEAP ranked {pct(cov['attempts'])} of "
-                  f"attempts, {pct(cov['gpu_hours'])} of GPU-hours)")
+    cov = impact.coverage
+    ax2.set_title(f"Placed on the first choice\n(LEAP ranked {pct(cov.attempts)} of "
+                  f"attempts, {pct(cov.gpu_hours)} of GPU-hours)")
     ax2.legend(fontsize=8)
     ax2.grid(alpha=0.3, axis="y")
     fig.tight_layout()

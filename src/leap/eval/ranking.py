@@ -50,12 +50,29 @@ from leap.eval.baselines import (
     most_used_order,
 )
 from leap.eval.rank_quality import order_quality, random_quality, summarize_quality
+from leap.eval.records import Record
 from leap.rank.results import value
 
-__all__ = ["METHODS", "TRUTHS", "availability_rankings", "eligible_names", "job_requests",
-           "leap_rankings", "oracle_order", "order_quality", "pick_overprediction",
-           "policy_values", "prediction_vs_truth", "random_quality", "ranking_study",
-           "summarize_quality", "true_throughputs", "true_values", "unfiltered"]
+__all__ = [
+    "METHODS",
+    "TRUTHS",
+    "RankingFigures",
+    "availability_rankings",
+    "eligible_names",
+    "job_requests",
+    "leap_rankings",
+    "oracle_order",
+    "order_quality",
+    "pick_overprediction",
+    "policy_values",
+    "prediction_vs_truth",
+    "random_quality",
+    "ranking_study",
+    "summarize_quality",
+    "true_throughputs",
+    "true_values",
+    "unfiltered",
+]
 
 if TYPE_CHECKING:
     from leap.rank.ranker import Ranker
@@ -74,6 +91,28 @@ TRUTHS: tuple[str, ...] = ("policy", "all_types")
 _SHAPE_COLUMNS = ("family_id", "trainer_count", "batch_size", "precision",
                   "devices_per_trainer", "tensor_parallel", "pipeline_parallel")
 Progress = Callable[[int, int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class RankingFigures(Record):
+    """:func:`ranking_study`: per method (``methods``, ``methods_all_types``) the figures of
+    :func:`summarize_quality`, LEAP's predictions against the truth by novelty group, the
+    picks' over-prediction, the sample and its coverage, each method's regrets."""
+
+    prediction_vs_truth: dict[str, dict[str, float]]
+    pick_overprediction: dict[str, dict[str, float]]
+    n_jobs_day: int
+    n_with_two_or_more_candidates: int
+    n_sampled: int
+    seed: int
+    leap_coverage: float
+    leap_unranked_reasons: dict[str, int]
+    candidates_median: float
+    best_type_share: dict[str, float]
+    methods: dict[str, dict[str, float]]
+    methods_all_types: dict[str, dict[str, float]]
+    regrets: dict[str, list[float]]
+    definitions: dict[str, str]
 
 
 # Calling the ranker ---------------------------------------------------------------------------
@@ -290,7 +329,7 @@ def _shape_frame(jobs: pd.DataFrame) -> pd.DataFrame:
 # The study ------------------------------------------------------------------------------------
 def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.DataFrame,
                   costs: Catalog, *, sample: int = 1000, seed: int = 0,
-                  progress: Progress | None = None) -> dict[str, Any]:
+                  progress: Progress | None = None) -> RankingFigures:
     """Score LEAP's rankings and the simple baselines against the oracle on launched jobs.
 
     Parameters
@@ -311,7 +350,7 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
 
     Returns
     -------
-    dict
+    RankingFigures
         ``methods``: per method the summary of :func:`summarize_quality`; ``leap_coverage``
         (share of sampled jobs LEAP ranked), ``n_sampled``, ``candidates_median``,
         ``best_type_share`` (which types the oracle picks most) and the definitions.
@@ -366,23 +405,23 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
     best_share = pd.Series(best, dtype=object).value_counts(normalize=True).head(8)
     reasons = pd.Series([res.reason.split(":")[0] for res in leap if res.reason],
                         dtype=object).value_counts()
-    return {
-        "prediction_vs_truth": prediction_vs_truth(leap, truth),
-        "pick_overprediction": {"leap": pick_overprediction(leap, truth),
-                                "leap_risk_neutral": pick_overprediction(neutral, truth),
-                                "leap_risk_averse": pick_overprediction(averse, truth)},
-        "n_jobs_day": len(jobs),
-        "n_with_two_or_more_candidates": len(multi),
-        "n_sampled": len(picked),
-        "seed": seed,
-        "leap_coverage": float(ranked.mean()) if len(ranked) else math.nan,
-        "leap_unranked_reasons": {str(k): int(v) for k, v in reasons.items()},
-        "candidates_median": float(np.median([len(c) for c in cands])) if cands else math.nan,
-        "best_type_share": {str(k): float(v) for k, v in best_share.items()},
-        "methods": by_truth[TRUTHS[0]],
-        "methods_all_types": by_truth["all_types"],
-        "regrets": {k: [round(x, 5) for x in v] for k, v in regrets.items()},
-        "definitions": {
+    return RankingFigures(
+        prediction_vs_truth=prediction_vs_truth(leap, truth),
+        pick_overprediction={"leap": pick_overprediction(leap, truth),
+                             "leap_risk_neutral": pick_overprediction(neutral, truth),
+                             "leap_risk_averse": pick_overprediction(averse, truth)},
+        n_jobs_day=len(jobs),
+        n_with_two_or_more_candidates=len(multi),
+        n_sampled=len(picked),
+        seed=seed,
+        leap_coverage=float(ranked.mean()) if len(ranked) else math.nan,
+        leap_unranked_reasons={str(k): int(v) for k, v in reasons.items()},
+        candidates_median=float(np.median([len(c) for c in cands])) if cands else math.nan,
+        best_type_share={str(k): float(v) for k, v in best_share.items()},
+        methods=by_truth[TRUTHS[0]],
+        methods_all_types=by_truth["all_types"],
+        regrets={k: [round(x, 5) for x in v] for k, v in regrets.items()},
+        definitions={
             "value": "true samples/s x 3600 / (devices x cost_per_device_hour)",
             "methods": "scored against the best true value among the types the ranker's "
                        "premium rule keeps on the true figures (the user's policy)",
@@ -400,7 +439,7 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
             "pick_overprediction": "predicted / true value of the first type of each list "
                                    "(median, 90th percentile, share above 1.5)",
         },
-    }
+    )
 
 
 def prediction_vs_truth(results: Sequence[RankResult],

@@ -38,7 +38,7 @@ scorer in :mod:`leap.eval.real_splits`; the baselines (each a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,6 +60,8 @@ from leap.eval.real_baselines import (
     published_peaks,
 )
 from leap.eval.real_reference import (
+    RankingCheck,
+    ReferenceCheck,
     ranking_check,
     reference_check,
     reference_rows,
@@ -73,7 +75,9 @@ from leap.eval.real_splits import (
     TARGET,
     FitPredict,
     Progress,
+    ProtocolSettings,
     RowPredictor,
+    Scores,
     Split,
     held_out_predictions,
     make_splits,
@@ -81,6 +85,7 @@ from leap.eval.real_splits import (
     run_protocols,
     without_outcome,
 )
+from leap.eval.records import Record
 from leap.eval.report import real_data_section
 
 #: ``fn(train_attempts, test_attempts, catalog) -> predicted throughput`` on attempt tables.
@@ -105,7 +110,9 @@ __all__ = [
     "LookupTable",
     "NearestNeighbors",
     "Progress",
+    "RankingCheck",
     "RealDataResult",
+    "ReferenceCheck",
     "RowPredictor",
     "SpecRatio",
     "Split",
@@ -213,30 +220,44 @@ def default_predictors() -> dict[str, FitPredict]:
 
 
 # Reporting ----------------------------------------------------------------------------------
-@dataclass
-class RealDataResult:
+@dataclass(frozen=True)
+class SourceProvenance(Record):
+    """Where one source's rows come from: count, repository, licence, commits."""
+
+    rows: int
+    repo: str
+    license: str
+    commits: list[str]
+
+
+@dataclass(frozen=True)
+class RealDataProvenance(Record):
+    """The data evaluated: the packaged data's checksum, rows, and each source."""
+
+    checksum: str
+    rows: int
+    include_flagged: bool
+    sources: dict[str, SourceProvenance]
+
+
+@dataclass(frozen=True)
+class RealDataResult(Record):
     """The real-data evaluation: data provenance, settings, scores per source, protocol and
     method, the Lambda-only checks (None when Lambda PyTorch was not evaluated) and the
     verdicts. :meth:`to_dict` is the JSON ``leap experiment real-data`` writes."""
 
+    OMIT_NONE = frozenset({"reference_check", "ranking_check"})
+
     generated_at: str
-    data: dict[str, Any]
-    settings: dict[str, Any]
-    results: dict[str, dict[str, dict[str, dict[str, float | int]]]]
-    reference_check: dict[str, Any] | None = None
-    ranking_check: dict[str, Any] | None = None
+    data: RealDataProvenance
+    settings: ProtocolSettings
+    results: Scores
+    reference_check: ReferenceCheck | None = None
+    ranking_check: RankingCheck | None = None
     verdicts: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"experiment": "real-data", "generated_at": self.generated_at,
-                               "data": self.data, "settings": self.settings,
-                               "results": self.results}
-        if self.reference_check is not None:
-            out["reference_check"] = self.reference_check
-        if self.ranking_check is not None:
-            out["ranking_check"] = self.ranking_check
-        out["verdicts"] = self.verdicts
-        return out
+        return {"experiment": "real-data", **super().to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RealDataResult:
@@ -249,9 +270,8 @@ class RealDataResult:
         if ranking is not None:
             ranking = {**ranking, "methods": {m: {_RENAMED.get(k, k): v for k, v in r.items()}
                                               for m, r in ranking["methods"].items()}}
-        return cls(str(data.get("generated_at", "")), dict(data["data"]),
-                   dict(data.get("settings", {})), dict(data["results"]),
-                   data.get("reference_check"), ranking, list(data.get("verdicts", [])))
+        read = super().from_dict({**data, "ranking_check": ranking})
+        return read
 
 
 #: Metric names of older saved results and the names they have now.
@@ -275,19 +295,16 @@ def run_real_data(df: pd.DataFrame, *, predictors: Mapping[str, FitPredict] | No
     catalog = benchmark_catalog()
     out = run_protocols(data, preds, sources=sources, protocols=protocols, catalog=catalog,
                         n_folds=n_folds, seed=seed, parallel=parallel, progress=progress)
-    used = out["settings"]["sources"]
+    used = out.settings.sources
     result = RealDataResult(
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        data={
-            "checksum": data_checksum(),
-            "rows": len(data),
-            "include_flagged": include_flagged,
-            "sources": {s: {"rows": int((data["source"] == s).sum()), "repo": SOURCES[s].repo,
-                            "license": SOURCES[s].license,
-                            "commits": sorted({t.commit for t in SOURCES[s].tables})}
-                        for s in used},
-        },
-        settings=out["settings"], results=out["results"])
+        data=RealDataProvenance(
+            checksum=data_checksum(), rows=len(data), include_flagged=include_flagged,
+            sources={s: SourceProvenance(rows=int((data["source"] == s).sum()),
+                                         repo=SOURCES[s].repo, license=SOURCES[s].license,
+                                         commits=sorted({t.commit for t in SOURCES[s].tables}))
+                     for s in used}),
+        settings=out.settings, results=out.results)
     if "lambda_pytorch" in used:
         learned = {LEAP: preds[LEAP]} if LEAP in preds else None
         # The lookup table and linear scaling never predict an unseen single-GPU type.
@@ -295,21 +312,16 @@ def run_real_data(df: pd.DataFrame, *, predictors: Mapping[str, FitPredict] | No
         # Both checks hold each type out of the same rows: fit each method once for both.
         shared = held_out_predictions(reference_rows(df), ranked, "unseen_hardware", catalog,
                                       parallel=parallel, progress=progress)
-        result.reference_check = reference_check(df, catalog, learned, predictions=shared)
-        result.ranking_check = ranking_check(df, ranked, catalog, predictions=shared)
-    result.verdicts = verdicts(result)
-    return result
+        result = replace(
+            result, reference_check=reference_check(df, catalog, learned, predictions=shared),
+            ranking_check=ranking_check(df, ranked, catalog, predictions=shared))
+    return replace(result, verdicts=verdicts(result))
 
 
-def _as_dict(result: RealDataResult | Mapping[str, Any]) -> Mapping[str, Any]:
-    return result.to_dict() if isinstance(result, RealDataResult) else result
-
-
-def verdicts(result: RealDataResult | Mapping[str, Any]) -> list[str]:
+def verdicts(result: RealDataResult) -> list[str]:
     """Plain sentences comparing the learned predictor with the best baseline per cell."""
-    result = _as_dict(result)
     lines: list[str] = []
-    for source, by_protocol in result["results"].items():
+    for source, by_protocol in result.results.items():
         for protocol, by_method in by_protocol.items():
             if LEAP not in by_method:
                 continue
@@ -323,26 +335,26 @@ def verdicts(result: RealDataResult | Mapping[str, Any]) -> list[str]:
                     "does NOT clearly beat" if ours > base[best] else "is WORSE than")
             lines.append(f"{source} / {protocol}: leap {ours:.0%} {word} the best baseline "
                          f"{best} {base[best]:.0%} (within ±20%, uncovered rows count as misses)")
-    ref = result.get("reference_check", {})
-    if LEAP in ref:
-        ours = ref[LEAP]["matched_geomean"]["accuracy_within_20pct"]
-        theirs = ref["spec_ratio_geomean"]["accuracy_within_20pct"]
+    ref = result.reference_check
+    if ref is not None and LEAP in ref.matched_geomean:
+        matched = ref.matched_geomean[LEAP]
+        ours = matched["accuracy_within_20pct"]
+        theirs = ref.methods["spec_ratio_geomean"]["accuracy_within_20pct"]
         word = ("beats" if ours > theirs + 0.05 else
                 "does NOT clearly beat" if ours > theirs else "is WORSE than")
         lines.append(f"reference protocol (Lambda PyTorch, 1 GPU, type held out): leap "
                      f"{ours:.0%} {word} spec-ratio geomean {theirs:.0%} on the same "
-                     f"{ref[LEAP]['matched_geomean']['n']} rows")
+                     f"{matched['n']} rows")
     return lines
 
 
-def flat_results(result: RealDataResult | Mapping[str, Any]) -> list[dict[str, Any]]:
+def flat_results(result: RealDataResult) -> list[dict[str, str | float | int]]:
     """The nested results as rows: source, protocol, method and the scores."""
-    result = _as_dict(result)
     return [{"source": s, "protocol": p, "method": m, **r}
-            for s, by_p in result["results"].items() for p, by_m in by_p.items()
+            for s, by_p in result.results.items() for p, by_m in by_p.items()
             for m, r in by_m.items()]
 
 
-def html_section(result: RealDataResult | Mapping[str, Any]) -> str:
+def html_section(result: RealDataResult) -> str:
     """The evaluation as an HTML ``<section>`` (:func:`leap.eval.report.real_data_section`)."""
-    return real_data_section(_as_dict(result))
+    return real_data_section(result)

@@ -4,6 +4,7 @@ ranking by samples per dollar on public prices (Lambda PyTorch, one GPU, type he
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,53 @@ from leap.eval.real_splits import (
     CONFIG_KEY,
     TARGET,
     FitPredict,
+    Score,
     group_codes,
     held_out_predictions,
     score,
 )
+from leap.eval.records import Record
 from leap.rank.results import value
+
+
+@dataclass(frozen=True)
+class ReferenceCheck(Record):
+    """:func:`reference_check`: the expected figures and each method's :func:`score` (the
+    learned ones also on the rows the geometric-mean variant covers, ``matched_geomean``).
+
+    In the JSON each method's score sits at the top level, its ``matched_geomean`` inside it.
+    """
+
+    rows: int
+    expected: dict[str, float]
+    methods: dict[str, Score] = field(default_factory=dict)
+    matched_geomean: dict[str, Score] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rows": self.rows, "expected": dict(self.expected)}
+        for name, s in self.methods.items():
+            out[name] = dict(s)
+            if name in self.matched_geomean:
+                out[name]["matched_geomean"] = dict(self.matched_geomean[name])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReferenceCheck:
+        names = [k for k in data if k not in ("rows", "expected")]
+        return cls(rows=data["rows"], expected=dict(data["expected"]),
+                   methods={n: {k: v for k, v in data[n].items() if k != "matched_geomean"}
+                            for n in names},
+                   matched_geomean={n: dict(data[n]["matched_geomean"]) for n in names
+                                    if "matched_geomean" in data[n]})
+
+
+@dataclass(frozen=True)
+class RankingCheck(Record):
+    """:func:`ranking_check`: configurations ranked, and per method ``ranked``,
+    ``top1_agreement``, ``mean_regret`` and ``median_regret``."""
+
+    configurations: int
+    methods: dict[str, dict[str, float | int]]
 
 
 # The published reference figure ----------------------------------------------------------------
@@ -47,7 +90,7 @@ def reference_rows(df: pd.DataFrame) -> pd.DataFrame:
 def reference_check(df: pd.DataFrame, catalog: Catalog | None = None,
                     predictors: Mapping[str, FitPredict] | None = None, *,
                     predictions: Mapping[str, tuple[np.ndarray, int]] | None = None,
-                    parallel: Parallel | None = None) -> dict[str, Any]:
+                    parallel: Parallel | None = None) -> ReferenceCheck:
     """Reproduce the reference spec-ratio figures (~71% / 61% / 54% within ±20%).
 
     Hold each accelerator type out per (table, model, precision) of the Lambda PyTorch
@@ -60,8 +103,8 @@ def reference_check(df: pd.DataFrame, catalog: Catalog | None = None,
     rows = reference_rows(df)
     cat = catalog if catalog is not None else benchmark_catalog()
     actual = rows[TARGET].to_numpy(float)
-    out: dict[str, Any] = {"rows": len(rows), "expected": {
-        "spec_ratio_geomean": 0.71, "spec_ratio_bandwidth": 0.61, "spec_ratio_flops": 0.54}}
+    out = ReferenceCheck(rows=len(rows), expected={
+        "spec_ratio_geomean": 0.71, "spec_ratio_bandwidth": 0.61, "spec_ratio_flops": 0.54})
     variants = reference_variants()
     # The variants are always computed here: a baseline of the same name (with batch
     # matching) is a different estimate.
@@ -69,9 +112,9 @@ def reference_check(df: pd.DataFrame, catalog: Catalog | None = None,
              **_reference_predictions(rows, predictors or {}, cat, predictions, parallel)}
     covered = np.isfinite(preds["spec_ratio_geomean"][0])
     for name, (pred, folds) in preds.items():
-        out[name] = score(pred, actual, folds)
+        out.methods[name] = score(pred, actual, folds)
         if name not in variants:
-            out[name]["matched_geomean"] = score(pred[covered], actual[covered], folds)
+            out.matched_geomean[name] = score(pred[covered], actual[covered], folds)
     return out
 
 
@@ -97,7 +140,7 @@ def _reference_predictions(rows: pd.DataFrame, predictors: Mapping[str, FitPredi
 def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
                   catalog: Catalog | None = None, *,
                   predictions: Mapping[str, tuple[np.ndarray, int]] | None = None,
-                  parallel: Parallel | None = None) -> dict[str, Any]:
+                  parallel: Parallel | None = None) -> RankingCheck:
     """Do predictions pick the best-value type? Lambda PyTorch, one GPU, public prices.
 
     For each configuration (table, model, precision), the types with a public on-demand quote
@@ -117,7 +160,7 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
     config = group_codes(rows, CONFIG_KEY)
     measured = value(rows[TARGET].to_numpy(float), rows["hardware"].map(price).to_numpy(float))
     n_configs = int(pd.Series(config[priced]).value_counts().ge(2).sum())
-    out: dict[str, Any] = {"configurations": n_configs, "methods": {}}
+    out = RankingCheck(configurations=n_configs, methods={})
     # A yardstick that needs no prediction at all: rank by price alone (cheapest first).
     cheapest = {"cheapest_type": CheapestType(price.to_dict())}
     preds = _reference_predictions(rows, {**cheapest, **predictors}, cat, predictions, parallel)
@@ -136,7 +179,7 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
             pick = g.loc[g["predicted"].idxmax(), "measured"]
             agree.append(bool(pick == best))
             regret.append(float(1.0 - pick / best))
-        out["methods"][name] = {
+        out.methods[name] = {
             "ranked": len(agree),
             "top1_agreement": float(np.mean(agree)) if agree else float("nan"),
             "mean_regret": float(np.mean(regret)) if regret else float("nan"),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,6 +20,7 @@ from leap.catalog import Catalog
 from leap.datasets import OUTCOME_COLUMNS, benchmark_catalog
 from leap.errors import ConfigError, ModelError, did_you_mean
 from leap.eval.parallel import Parallel
+from leap.eval.records import Record
 
 #: ``fn(train_rows, test_rows_without_outcome, catalog) -> predicted whole-job throughput``.
 FitPredict = Callable[[pd.DataFrame, pd.DataFrame, Catalog], np.ndarray]
@@ -168,7 +168,7 @@ def without_outcome(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # Running ---------------------------------------------------------------------------------
-def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> dict[str, float | int]:
+def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> Score:
     """:func:`leap.metrics.summary` of a held-out prediction, in the real-data names.
 
     A prediction that is not a positive number is no estimate (lost coverage);
@@ -198,6 +198,30 @@ def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> dict[str, float |
 
 #: ``progress(done, total, label)``: called as folds finish.
 Progress = Callable[[int, int, str], None]
+#: One method's :func:`score` on one protocol of one source.
+Score = dict[str, float | int]
+#: Scores per source, protocol and method.
+Scores = dict[str, dict[str, dict[str, Score]]]
+
+
+@dataclass(frozen=True)
+class ProtocolSettings(Record):
+    """What :func:`run_protocols` ran: folds, seed, protocols, methods, sources, catalog."""
+
+    n_folds: int
+    seed: int
+    protocols: list[str]
+    methods: list[str]
+    sources: list[str]
+    catalog_fingerprint: str
+
+
+@dataclass(frozen=True)
+class ProtocolResults(Record):
+    """:func:`run_protocols`: its settings and the scores per source, protocol and method."""
+
+    settings: ProtocolSettings
+    results: Scores
 
 
 @dataclass(frozen=True)
@@ -275,7 +299,7 @@ def run_protocols(
     seed: int = 0,
     parallel: Parallel | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
+) -> ProtocolResults:
     """Score every predictor on every protocol, per source.
 
     Parameters
@@ -299,10 +323,10 @@ def run_protocols(
 
     Returns
     -------
-    dict
-        ``{"results": {source: {protocol: {method: {n, n_covered, coverage,
-        accuracy_within_20pct, accuracy_within_20pct_all, median_ape, folds}}}}, ...}``
-        plus ``settings``.
+    ProtocolResults
+        ``results[source][protocol][method]``: ``n``, ``n_covered``, ``coverage``,
+        ``accuracy_within_20pct``, ``accuracy_within_20pct_all``, ``median_ape``, ``folds``;
+        and the ``settings``.
 
     Examples
     --------
@@ -310,7 +334,7 @@ def run_protocols(
     >>> df = load_throughput("gavel", include_flagged=False)
     >>> from leap.eval.real_baselines import NearestNeighbors
     >>> out = run_protocols(df, {"knn": NearestNeighbors()}, protocols=["unseen_hardware"])
-    >>> out["results"]["gavel"]["unseen_hardware"]["knn"]["coverage"]
+    >>> out.results["gavel"]["unseen_hardware"]["knn"]["coverage"]
     1.0
     """
     for p in protocols:
@@ -324,7 +348,7 @@ def run_protocols(
             raise ConfigError(f"source '{s}' has no rows here{did_you_mean(s, present)}; "
                               f"sources present: {', '.join(present)}")
     cat = catalog if catalog is not None else benchmark_catalog()
-    results: dict[str, dict[str, dict[str, dict[str, float | int]]]] = {}
+    results: Scores = {}
     for source in chosen:
         frame = df[df["source"] == source].reset_index(drop=True)
         actual = frame[TARGET].to_numpy(float)
@@ -339,9 +363,8 @@ def run_protocols(
             results[source][protocol] = {
                 name: score(pred[tested], actual[tested], folds)
                 for name, (pred, folds) in preds.items()}
-    return {
-        "settings": {"n_folds": n_folds, "seed": seed, "protocols": list(protocols),
-                     "methods": list(predictors), "sources": chosen,
-                     "catalog_fingerprint": cat.fingerprint()},
-        "results": results,
-    }
+    return ProtocolResults(
+        settings=ProtocolSettings(n_folds=n_folds, seed=seed, protocols=list(protocols),
+                                  methods=list(predictors), sources=chosen,
+                                  catalog_fingerprint=cat.fingerprint()),
+        results=results)

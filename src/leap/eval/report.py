@@ -21,9 +21,10 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +52,15 @@ from leap.eval.tables import (
     signed_pct,
 )
 
+if TYPE_CHECKING:
+    from leap.eval.alternatives import AlternativesResult
+    from leap.eval.backtest import BacktestResult
+    from leap.eval.new_families import NewFamiliesResult
+    from leap.eval.new_hardware import NewHardwareResult
+    from leap.eval.real_data import RealDataResult
+    from leap.eval.studies import ImpactResult, LookupResult, RankingResult
+    from leap.eval.trials import TrialsResult
+
 __all__ = ["PLOTS", "Table", "impact_tables", "new_families_table", "pct", "plot_accuracy",
            "plot_errors", "plot_impact", "plot_lookup", "plot_ranking", "real_data_section",
            "report_tables", "si", "write_report"]
@@ -72,40 +82,55 @@ td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px soli
 .note{color:#555;font-size:.9em}"""
 
 
-def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
-                 lookup: Mapping[str, Any] | None = None,
-                 ranking: Mapping[str, Any] | None = None,
-                 impact: Mapping[str, Any] | None = None,
-                 real_data: Mapping[str, Any] | None = None,
+@dataclass(frozen=True)
+class _Parts:
+    """The results a page shows (None: not run)."""
+
+    backtest: BacktestResult | None
+    lookup: LookupResult | None
+    ranking: RankingResult | None
+    impact: ImpactResult | None
+    real_data: RealDataResult | None
+    new_families: NewFamiliesResult | None
+    new_hardware: NewHardwareResult | None
+    trials: TrialsResult | None
+    alternatives: AlternativesResult | None
+
+
+def write_report(out_dir: Path, *, backtest: BacktestResult | None = None,
+                 lookup: LookupResult | None = None,
+                 ranking: RankingResult | None = None,
+                 impact: ImpactResult | None = None,
+                 real_data: RealDataResult | None = None,
                  notes: Sequence[str] = (), meta: Mapping[str, Any] | None = None,
-                 new_families: Mapping[str, Any] | None = None,
-                 new_hardware: Mapping[str, Any] | None = None,
-                 trials: Mapping[str, Any] | None = None,
-                 alternatives: Mapping[str, Any] | None = None) -> Path:
+                 new_families: NewFamiliesResult | None = None,
+                 new_hardware: NewHardwareResult | None = None,
+                 trials: TrialsResult | None = None,
+                 alternatives: AlternativesResult | None = None) -> Path:
     """Write ``index.html``, ``report.json`` and the plots into ``out_dir``; return the page.
 
     Parameters
     ----------
     out_dir : Path
         Created if missing; files of the same names are replaced.
-    backtest : dict, optional
-        :meth:`leap.eval.backtest.BacktestResult.to_json`.
-    lookup : dict, optional
-        :func:`leap.eval.baselines.lookup_comparison` (plus ``day``).
-    ranking : dict, optional
-        :func:`leap.eval.ranking.ranking_study` (plus ``day``).
-    impact : dict, optional
-        :func:`leap.eval.impact.impact_study`.
-    real_data : dict, optional
-        :func:`leap.eval.real_data.run_real_data`; rendered by its ``html_section``.
-    new_families : dict, optional
+    backtest : BacktestResult, optional
+        :func:`leap.eval.backtest.run_backtest`.
+    lookup : LookupResult, optional
+        :func:`leap.eval.studies.lookup_day` (or the backtest's last night).
+    ranking : RankingResult, optional
+        :func:`leap.eval.studies.ranking_day`.
+    impact : ImpactResult, optional
+        :func:`leap.eval.studies.impact_day`.
+    real_data : RealDataResult, optional
+        :func:`leap.eval.real_data.run_real_data`.
+    new_families : NewFamiliesResult, optional
         :func:`leap.eval.new_families.new_families_study`.
-    new_hardware : dict, optional
+    new_hardware : NewHardwareResult, optional
         :func:`leap.eval.new_hardware.new_hardware_study`.
-    trials : dict, optional
+    trials : TrialsResult, optional
         :func:`leap.eval.trials.trials_study`.
-    alternatives : dict, optional
-        :meth:`leap.eval.alternatives.AlternativesResult.to_dict`.
+    alternatives : AlternativesResult, optional
+        :func:`leap.eval.alternatives.alternatives_study`.
     notes : sequence of str
         Lines shown under the title (e.g. which model the studies used).
     meta : dict, optional
@@ -116,37 +141,39 @@ def write_report(out_dir: Path, *, backtest: Mapping[str, Any] | None = None,
     ConfigError
         Nothing to report (every part is None).
     """
-    parts = {"backtest": backtest, "lookup": lookup, "ranking": ranking, "impact": impact,
-             "real_data": real_data, "new_families": new_families,
-             "new_hardware": new_hardware, "trials": trials, "alternatives": alternatives}
-    if all(v is None for v in parts.values()):
+    parts = _Parts(backtest=backtest, lookup=lookup, ranking=ranking, impact=impact,
+                   real_data=real_data, new_families=new_families, new_hardware=new_hardware,
+                   trials=trials, alternatives=alternatives)
+    as_json = {name: None if part is None else part.to_dict()
+               for name, part in vars(parts).items()}
+    if all(v is None for v in as_json.values()):
         raise ConfigError("nothing to report: pass at least one result (backtest, lookup, "
                           "ranking, impact or real data)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"generated_at": datetime.now(UTC).isoformat(),
                               "leap_version": __version__, "meta": dict(meta or {}),
-                              "notes": list(notes), **parts}
+                              "notes": list(notes), **as_json}
     images: dict[str, str] = {}
-    if backtest and backtest.get("nights"):
+    if backtest is not None and backtest.nights:
         plot_accuracy(backtest, out_dir / PLOTS["backtest"])
         plot_errors(backtest, out_dir / PLOTS["errors"])
         images["backtest"] = PLOTS["backtest"]
         images["errors"] = PLOTS["errors"]
-    if lookup:
+    if lookup is not None:
         plot_lookup(lookup, out_dir / PLOTS["lookup"])
         images["lookup"] = PLOTS["lookup"]
-    if ranking and ranking.get("n_sampled"):
+    if ranking is not None and ranking.figures.n_sampled:
         plot_ranking(ranking, out_dir / PLOTS["ranking"])
         images["ranking"] = PLOTS["ranking"]
-    if impact:
-        plot_impact(impact, out_dir / PLOTS["impact"])
+    if impact is not None:
+        plot_impact(impact.figures, out_dir / PLOTS["impact"])
         images["impact"] = PLOTS["impact"]
     report["images"] = images
     (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=_default)
                                          + "\n", encoding="utf-8")
     page = out_dir / "index.html"
-    page.write_text(_page(report, images), encoding="utf-8")
+    page.write_text(_page(parts, report["generated_at"], notes, images), encoding="utf-8")
     return page
 
 
@@ -164,15 +191,18 @@ def _img(images: Mapping[str, str], key: str, alt: str) -> str:
     return f'<p><img src="{html.escape(images[key])}" alt="{html.escape(alt)}"></p>'
 
 
-def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
-    tables = {t.key: t for t in report_tables(report)}
+def _page(parts: _Parts, generated_at: str, notes: Sequence[str],
+          images: Mapping[str, str]) -> str:
+    tables = {t.key: t for t in report_tables(
+        backtest=parts.backtest, lookup=parts.lookup, ranking=parts.ranking,
+        impact=parts.impact, new_families=parts.new_families, new_hardware=parts.new_hardware,
+        trials=parts.trials, alternatives=parts.alternatives)}
     body = [f"<h1>leap evaluation report</h1><p class=note>generated "
-            f"{html.escape(report['generated_at'][:19])} UTC by leap "
-            f"{html.escape(report['leap_version'])}; every number is in "
+            f"{html.escape(generated_at[:19])} UTC by leap "
+            f"{html.escape(__version__)}; every number is in "
             "<a href=report.json>report.json</a>.</p>"]
-    body += [f"<p class=note>{html.escape(n)}</p>" for n in report.get("notes", [])]
-    bt = report.get("backtest")
-    if bt:
+    body += [f"<p class=note>{html.escape(n)}</p>" for n in notes]
+    if parts.backtest is not None:
         body.append("<h2>Backtest: nightly retraining, scored on the next day</h2>"
                     "<p>Accuracy = share of the held-out day's succeeded attempts whose predicted "
                     "throughput is within ±20% of the measured value (attempt-weighted, as in "
@@ -185,7 +215,7 @@ def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
             if key in tables:
                 body.append(_html_table(tables[key]))
         body.append(_img(images, "errors", "error distribution"))
-    if report.get("lookup"):
+    if parts.lookup is not None:
         body.append("<h2>The lookup table (the previous system) vs LEAP</h2><p>The table "
                     "answers with the median throughput of past attempts of exactly the same "
                     "(family, hardware, trainer count, batch size) in the training window; "
@@ -193,42 +223,44 @@ def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
         body.append(_img(images, "lookup", "lookup vs LEAP"))
         if "lookup" in tables:
             body.append(_html_table(tables["lookup"]))
-    if report.get("ranking"):
-        rk = report["ranking"]
+    if parts.ranking is not None:
+        rk = parts.ranking.figures
         body.append("<h2>Ranking quality against the oracle</h2><p>"
-                    + html.escape("; ".join(f"{k}: {v}" for k, v in rk["definitions"].items()))
+                    + html.escape("; ".join(f"{k}: {v}" for k, v in rk.definitions.items()))
                     + "</p>")
         body.append(_img(images, "ranking", "ranking regret"))
         if "ranking" in tables:
             body.append(_html_table(tables["ranking"]))
-    if report.get("impact"):
-        im = report["impact"]
-        hl = im["headline"]
-        lead = (f"The LP optimum saves {pct(hl['optimum_saving'])} of the no-advice cost"
-                + "".join(f"; {ARM_LABELS[a]} saves {signed_pct(hl[a]['saving'])} "
-                          f"({pct(hl[a]['share_of_optimum'])} of the optimum's saving)"
-                          for a in ("leap", "leap_aware", "greedy_oracle") if a in hl)
+    if parts.impact is not None:
+        im = parts.impact.figures
+        hl = im.headline
+        shown = [(a, h) for a in ("leap", "leap_aware", "greedy_oracle")
+                 if (h := hl.arm(a)) is not None]
+        lead = (f"The LP optimum saves {pct(hl.optimum_saving)} of the no-advice cost"
+                + "".join(f"; {ARM_LABELS[a]} saves {signed_pct(h.saving)} "
+                          f"({pct(h.share_of_optimum)} of the optimum's saving)"
+                          for a, h in shown)
                 + ". The paper: ~3% saving, 19.9% of attempts and 30.0% of GPU-hours on the "
                 "first choice, 95% coverage.")
         body.append("<h2>Impact: will advice save money?</h2><p>" + html.escape(lead)
                     + "</p><p class=note>"
-                    + html.escape("; ".join(f"{k}: {v}" for k, v in im["definitions"].items()))
+                    + html.escape("; ".join(f"{k}: {v}" for k, v in im.definitions.items()))
                     + "</p>")
         body.append(_img(images, "impact", "impact cost"))
         for key in ("impact", "impact_parts", "impact_bands"):
             if key in tables:
                 body.append(_html_table(tables[key]))
         for arm in ("leap", "leap_aware", "greedy_oracle"):
-            top = im["arms"].get(arm, {}).get("top_contributors", [])
+            top = im.arms[arm].top_contributors if arm in im.arms else []
             if top:
                 body.append(_html_table(Table(
                     f"top_{arm}", f"{ARM_LABELS[arm]}: the attempts that move the total most",
                     ("attempt", "devices", "home", "placed", "kind", "cost change",
                      "of no-advice cost"),
-                    tuple((t["attempt_id"], str(t["devices"]), t["home"], t["placed"],
-                           t["kind"], money(t["cost_change"]),
-                           signed_pct(t["share_of_baseline"])) for t in top[:5]))))
-    if report.get("new_families") and "new_families" in tables:
+                    tuple((t.attempt_id, str(t.devices), t.home, t.placed, t.kind,
+                           money(t.cost_change), signed_pct(t.share_of_baseline))
+                          for t in top[:5]))))
+    if parts.new_families is not None and "new_families" in tables:
         body.append("<h2>New families: left out of training</h2><p>Every family of a drawn "
                     "share of model types leaves the training window together, and one large "
                     "family leaves alone; their attempts of the held-out day are scored by the "
@@ -236,7 +268,7 @@ def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
                     "without their architecture columns (the prior a job's model_config "
                     "gives).</p>")
         body.append(_html_table(tables["new_families"]))
-    if report.get("new_hardware"):
+    if parts.new_hardware is not None:
         body.append("<h2>New hardware: a type held out of training</h2><p>Every attempt on "
                     "the type leaves the training window; its attempts of the held-out day are "
                     "scored by the model that saw it and by the one that did not, and jobs that "
@@ -245,35 +277,36 @@ def _page(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
         for key in ("new_hardware", "new_hardware_curve"):
             if key in tables:
                 body.append(_html_table(tables[key]))
-    if report.get("trials") and "trials" in tables:
+    if parts.trials is not None and "trials" in tables:
         body.append("<h2>Trial jobs on a new type</h2><p>The planned trials (window spend x "
                     "expected ranking loss removed per trial dollar, greedy, model types "
                     "covered) against random trials of the same number and cost, measured by "
                     "the simulator, added to the history and retrained.</p>")
         body.append(_html_table(tables["trials"]))
-    if report.get("alternatives") and "alternatives" in tables:
+    if parts.alternatives is not None and "alternatives" in tables:
         body.append("<h2>Alternatives on the same held-out day</h2><p>One encoded training "
                     "set; other learners (fit on the same rows, learning the same residual "
                     "above the base margin), the simple rules and leap's ablations predict the "
                     "same attempts, as they came and with their own pair history masked.</p>")
         body.append(_html_table(tables["alternatives"]))
-    if report.get("real_data"):
-        body.append(real_data_section(report["real_data"]))
+    if parts.real_data is not None:
+        body.append(real_data_section(parts.real_data))
     return (f"<!doctype html><html><head><meta charset=utf-8><title>leap evaluation report"
             f"</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def real_data_section(result: Mapping[str, Any]) -> str:
+def real_data_section(result: RealDataResult) -> str:
     """The real-data evaluation as an HTML ``<section>``: the tables the terminal shows."""
     tables = {t.key: t for t in real_data_tables(result)}
     parts = ['<section id="real-data"><h2>Real measured throughput (public benchmarks)</h2>',
-             f"<p>{html.escape(str(result['data']['rows']))} rows; data checksum "
-             f"{html.escape(str(result['data']['checksum']))}. Accuracy = share within ±20% of "
+             f"<p>{html.escape(str(result.data.rows))} rows; data checksum "
+             f"{html.escape(str(result.data.checksum))}. Accuracy = share within ±20% of "
              "the measurement on covered rows; MdAPE = median absolute percentage error.</p>"]
-    for source in result["results"]:
-        meta = result["data"]["sources"].get(source, {})
-        parts.append(f"<h3>{html.escape(source)}</h3><p>{html.escape(str(meta.get('repo', '')))}"
-                     f" — licence: {html.escape(str(meta.get('license', '')))}</p>")
+    for source in result.results:
+        meta = result.data.sources.get(source)
+        repo, licence = ("", "") if meta is None else (meta.repo, meta.license)
+        parts.append(f"<h3>{html.escape(source)}</h3><p>{html.escape(str(repo))}"
+                     f" — licence: {html.escape(str(licence))}</p>")
         parts.append(_html_table(tables[f"real_data_{source}"]))
     lines = real_data_reference_lines(result)
     if lines:
@@ -282,8 +315,8 @@ def real_data_section(result: Mapping[str, Any]) -> str:
     if "real_data_ranking" in tables:
         parts.append("<h3>Ranking on public prices (Lambda PyTorch, 1 GPU, type held out)</h3>"
                      + _html_table(tables["real_data_ranking"]))
-    if result.get("verdicts"):
-        parts.append("<ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in result["verdicts"])
+    if result.verdicts:
+        parts.append("<ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in result.verdicts)
                      + "</ul>")
     parts.append("</section>")
     return "\n".join(parts)

@@ -13,26 +13,38 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
 from leap.errors import ConfigError, ParamError
+from leap.eval.alternatives import AlternativesResult
 from leap.eval.backtest import BacktestResult, last_full_day
+from leap.eval.baselines import LookupComparison
+from leap.eval.impact_summary import ImpactFigures
+from leap.eval.new_families import NewFamiliesResult
+from leap.eval.new_hardware import NewHardwareResult
 from leap.eval.oracle import is_simulated, oracle_fleet
+from leap.eval.ranking import RankingFigures
+from leap.eval.records import Record
+from leap.eval.trials import TrialsResult
 from leap.model.window import TrainConfig, day_start, load_attempts, window_attempts
 
 if TYPE_CHECKING:
     from leap.data.store import Store
+    from leap.eval.real_data import RealDataResult
+    from leap.eval.tables import Table
     from leap.rank.ranker import Ranker
 
 _DAY = timedelta(days=1)
+F = TypeVar("F", bound=Record)
+R = TypeVar("R", bound=Record)
 #: ``status(message)``: what a long step is doing now (a spinner's text in the CLI).
 Status = Callable[[str], None]
 
@@ -154,40 +166,53 @@ def eval_day(store: Store, catalog: Catalog, cfg: TrainConfig, *, as_of: datetim
 
 # Studies of one held-out day --------------------------------------------------------------------
 @dataclass(frozen=True)
-class DayStudy:
+class DayStudy(Record, Generic[F]):
     """A study of one held-out day: which model made the predictions, and its figures.
 
-    ``figures`` is what the study function returns (see each subclass); :meth:`to_dict` is
-    the JSON the CLI prints and the report stores.
+    :meth:`to_dict` is the JSON the CLI prints and the report stores: ``day`` (when known),
+    ``model``, then the figures' own keys.
     """
 
     model: str
-    figures: dict[str, Any]
+    figures: F
     day: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         head = {} if self.day is None else {"day": self.day}
-        return {**head, "model": self.model, **self.figures}
+        return {**head, "model": self.model, **self.figures.to_dict()}
 
 
 @dataclass(frozen=True)
-class LookupResult(DayStudy):
+class LookupResult(DayStudy[LookupComparison]):
     """The lookup table beside LEAP (:func:`leap.eval.baselines.lookup_comparison`)."""
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LookupResult:
+        return cls(str(data["model"]), LookupComparison.from_dict(data), data.get("day"))
+
 
 @dataclass(frozen=True)
-class RankingResult(DayStudy):
+class RankingResult(DayStudy[RankingFigures]):
     """Ranking quality against the oracle (:func:`leap.eval.ranking.ranking_study`)."""
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankingResult:
+        return cls(str(data["model"]), RankingFigures.from_dict(data), data.get("day"))
+
 
 @dataclass(frozen=True)
-class ImpactResult(DayStudy):
+class ImpactResult(DayStudy[ImpactFigures]):
     """Cost with and without advice (:func:`leap.eval.impact.impact_study`) and its time."""
 
     wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "wall_s": self.wall_s}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ImpactResult:
+        return cls(str(data["model"]), ImpactFigures.from_dict(data), data.get("day"),
+                   float(data.get("wall_s", 0.0)))
 
 
 def _day_text(ed: EvalDay) -> str:
@@ -254,34 +279,42 @@ class Report:
     lookup: LookupResult
     ranking: RankingResult | None = None
     impact: ImpactResult | None = None
-    real_data: Any = None
-    new_families: dict[str, Any] | None = None
-    new_hardware: dict[str, Any] | None = None
-    trials: dict[str, Any] | None = None
-    alternatives: dict[str, Any] | None = None
+    real_data: RealDataResult | None = None
+    new_families: NewFamiliesResult | None = None
+    new_hardware: NewHardwareResult | None = None
+    trials: TrialsResult | None = None
+    alternatives: AlternativesResult | None = None
     notes: list[str] = field(default_factory=list)
 
-    def parts(self) -> dict[str, dict[str, Any] | None]:
-        """Each part as JSON (None where it was not run), in the report's order."""
-        real = self.real_data
-        return {"backtest": self.backtest.to_dict(), "lookup": self.lookup.to_dict(),
-                "ranking": None if self.ranking is None else self.ranking.to_dict(),
-                "impact": None if self.impact is None else self.impact.to_dict(),
-                "real_data": real.to_dict() if hasattr(real, "to_dict") else real,
-                "new_families": self.new_families, "new_hardware": self.new_hardware,
-                "trials": self.trials, "alternatives": self.alternatives}
+    def tables(self) -> list[Table]:
+        """The terminal tables of every part but the real data (which prints its own)."""
+        from leap.eval.tables import report_tables
+
+        return report_tables(backtest=self.backtest, lookup=self.lookup, ranking=self.ranking,
+                             impact=self.impact, new_families=self.new_families,
+                             new_hardware=self.new_hardware, trials=self.trials,
+                             alternatives=self.alternatives)
 
     def write(self, out_dir: Path, meta: dict[str, Any]) -> Path:
         """Write ``index.html``, ``report.json`` and the plots; return the page."""
         from leap.eval.report import write_report
 
-        return write_report(out_dir, **self.parts(), notes=self.notes, meta=meta)
+        return write_report(out_dir, backtest=self.backtest, lookup=self.lookup,
+                            ranking=self.ranking, impact=self.impact, real_data=self.real_data,
+                            new_families=self.new_families, new_hardware=self.new_hardware,
+                            trials=self.trials, alternatives=self.alternatives,
+                            notes=self.notes, meta=meta)
 
 
-def saved_study(work_dir: Path, name: str, key: str) -> dict[str, Any] | None:
-    """A study's JSON under ``<work_dir>/reports`` when present and readable (else None).
+def saved_study(work_dir: Path, name: str, kind: type[R], key: str) -> R | None:
+    """A study's result saved under ``<work_dir>/reports`` when present (else None).
 
     ``key`` must be among its top-level keys (else it is another file of the same name).
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read, or not as a ``kind``.
     """
     path = work_dir / "reports" / name
     if not path.is_file():
@@ -291,13 +324,19 @@ def saved_study(work_dir: Path, name: str, key: str) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot read it ({exc}); rerun the experiment that wrote "
                           "it") from None
-    return data if isinstance(data, dict) and key in data else None
+    if not isinstance(data, dict) or key not in data:
+        return None
+    try:
+        return kind.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{path}: not a result this version reads ({type(exc).__name__}: "
+                          f"{exc}); rerun the experiment that wrote it") from None
 
 
 def run_report(store: Store, backtest: BacktestResult, *, catalog: Catalog,
                catalog_path: Path | None, models_dir: Path, work_dir: Path, cfg: TrainConfig,
                sample: int = 1000, impact_days: int = 3, advice_depth: int | None = 3,
-               real_data: Any = None, status: Status = _quiet) -> Report:
+               real_data: RealDataResult | None = None, status: Status = _quiet) -> Report:
     """The studies of ``leap report`` on the last night of ``backtest``.
 
     The lookup comparison comes with the night; on a simulated store the ranking and impact
@@ -307,8 +346,9 @@ def run_report(store: Store, backtest: BacktestResult, *, catalog: Catalog,
     last = backtest.nights[-1]
     notes = [f"backtest run directory: {backtest.run_dir} ({len(backtest.computed)} nights "
              f"computed now, {len(backtest.reused)} reused)"]
-    report = Report(backtest, LookupResult("the backtest's last night", last["lookup"],
-                                           last["day"]), notes=notes, real_data=real_data)
+    lookup = LookupComparison.from_dict(last["lookup"])
+    report = Report(backtest, LookupResult("the backtest's last night", lookup, last["day"]),
+                    notes=notes, real_data=real_data)
     if is_simulated(store):
         oracle_fleet(store, strict=True)  # fails early, with its message, on a foreign simulator
         status("preparing the model of the held-out day (training if needed)")
@@ -323,15 +363,19 @@ def run_report(store: Store, backtest: BacktestResult, *, catalog: Catalog,
     else:
         notes.append("ranking and impact studies skipped: the store is not simulated, "
                      "so there is no oracle")
-    report.new_families = saved_study(work_dir, "new_families.json", "model_type_groups")
+    report.new_families = saved_study(work_dir, "new_families.json", NewFamiliesResult,
+                                      "model_type_groups")
     if report.new_families is not None:
         notes.append(f"new-families study: {work_dir / 'reports' / 'new_families.json'} "
-                     f"(day {report.new_families.get('day')})")
-    report.new_hardware = saved_study(work_dir, "new_hardware.json", "types")
-    report.trials = saved_study(work_dir, "trials.json", "arms")
-    report.alternatives = saved_study(work_dir, "alternatives.json", "methods")
-    for name, part in (("new-hardware", report.new_hardware), ("trials", report.trials),
-                       ("alternatives", report.alternatives)):
+                     f"(day {report.new_families.day})")
+    report.new_hardware = saved_study(work_dir, "new_hardware.json", NewHardwareResult, "types")
+    report.trials = saved_study(work_dir, "trials.json", TrialsResult, "arms")
+    report.alternatives = saved_study(work_dir, "alternatives.json", AlternativesResult,
+                                      "methods")
+    saved: tuple[tuple[str, NewHardwareResult | TrialsResult | AlternativesResult | None],
+                 ...] = (("new-hardware", report.new_hardware), ("trials", report.trials),
+                         ("alternatives", report.alternatives))
+    for name, part in saved:
         if part is not None:
-            notes.append(f"{name} study: {work_dir / 'reports'} (day {part.get('day')})")
+            notes.append(f"{name} study: {work_dir / 'reports'} (day {part.day})")
     return report

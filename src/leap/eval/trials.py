@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +41,10 @@ import pandas as pd
 from leap.catalog import Catalog
 from leap.data.usage import device_hours, job_devices
 from leap.errors import ConfigError, ParamError
-from leap.eval.new_families import score_block
+from leap.eval.new_families import TrainSettings, score_block
 from leap.eval.new_hardware import check_hardware, rank_on_type
 from leap.eval.oracle import oracle_fleet
+from leap.eval.records import Record
 from leap.model.train import train_window
 from leap.model.window import TrainConfig, day_start, window_attempts
 
@@ -119,6 +120,53 @@ def _fits(jobs: pd.DataFrame, catalog: Catalog, hardware: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class PlanRow(Record):
+    """One chosen trial: a row of :data:`PLAN_COLUMNS` (None where a figure is missing)."""
+
+    rank: int
+    family_id: str
+    model_type: str
+    trainer_count: int | None
+    batch_size: int | None
+    devices_per_trainer: int | None
+    precision: str | None
+    tensor_parallel: int | None
+    pipeline_parallel: int | None
+    devices: int
+    hardware: str
+    predicted_samples_per_s: float | None
+    throughput_p10: float | None
+    throughput_p90: float | None
+    best_other_type: str | None
+    value_ratio: float | None
+    interval_ratio: float | None
+    window_spend: float | None
+    expected_loss: float | None
+    benefit: float | None
+    estimated_hours: float
+    estimated_cost: float | None
+    score: float | None
+    why: str
+
+
+@dataclass(frozen=True)
+class PlanSummary(Record):
+    """:meth:`TrialPlan.to_dict` read back: the settings, the totals and the chosen rows."""
+
+    hardware: str
+    budget: int
+    trial_hours: float
+    type_discount: float
+    model_as_of: str
+    choice: str
+    planned: int
+    candidates: int
+    total_cost: float
+    total_benefit: float
+    trials: list[PlanRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class TrialPlan:
     """The chosen trials (rows of :data:`PLAN_COLUMNS`) and the pool they were chosen from.
 
@@ -130,7 +178,11 @@ class TrialPlan:
     budget: int
     rows: pd.DataFrame
     candidates: pd.DataFrame
-    settings: dict[str, Any]
+    settings: dict[str, float | str]
+
+    def summary(self) -> PlanSummary:
+        """The plan as a record (its JSON is :meth:`to_dict`)."""
+        return PlanSummary.from_dict(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able plan: settings, totals and the rows."""
@@ -311,7 +363,7 @@ def plan_trials(artifact: Artifact, history: pd.DataFrame, hardware: str, budget
         why.append(_why(r, seen.get(t, 0)))
         seen[t] = seen.get(t, 0) + 1
     rows = rows.assign(why=why)
-    settings = {"trial_hours": trial_hours, "type_discount": type_discount,
+    settings: dict[str, float | str] = {"trial_hours": trial_hours, "type_discount": type_discount,
                 "model_as_of": str(artifact.manifest.get("as_of")),
                 "choice": "greedy by window spend x expected ranking loss removed / trial "
                           "cost; a model type's families discounted per chosen sibling"}
@@ -335,12 +387,68 @@ def random_choice(candidates: pd.DataFrame, n: int, target_cost: float,
 
 
 # The simulator's check ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrialArm(Record):
+    """Trials of one choice (planned or random) and the retrained model's figures on the
+    type: ``accuracy`` (:func:`~leap.eval.new_families.score_block`, empty without attempts)
+    and ``ranking`` (:func:`~leap.eval.new_hardware.rank_on_type`, empty when none ranked).
+    The arm without trials has no ``succeeded`` nor ``model_types``."""
+
+    OMIT_NONE = frozenset({"succeeded", "model_types"})
+
+    trials: int
+    cost: float
+    accuracy: dict[str, float]
+    ranking: dict[str, float]
+    succeeded: int | None = None
+    model_types: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"trials": self.trials}
+        if self.succeeded is not None:
+            out["succeeded"] = self.succeeded
+        out["cost"] = self.cost
+        if self.model_types is not None:
+            out["model_types"] = self.model_types
+        return out | {"accuracy": dict(self.accuracy), "ranking": dict(self.ranking)}
+
+
+@dataclass(frozen=True)
+class TrialArms(Record):
+    """The planned trials of one number and (above 0) random ones of the same number."""
+
+    OMIT_NONE = frozenset({"random"})
+
+    planned: TrialArm
+    random: TrialArm | None = None
+
+
+@dataclass(frozen=True)
+class TrialsResult(Record):
+    """:func:`trials_study`: per number of trials (``"0"``, ``"5"`` ...) its arms, and the
+    plan for the largest number."""
+
+    day: str
+    hardware: str
+    new_type: bool
+    budgets: list[int]
+    seed: int
+    sample: int
+    type_attempts_on_day: int
+    candidates: int
+    arms: dict[str, TrialArms]
+    plan: PlanSummary
+    wall_s: float
+    train_config: TrainSettings
+    definitions: dict[str, str]
+
+
 def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None, *,
                  hardware: str = "B200", budgets: Sequence[int] = (0, 5, 10, 25, 50),
                  as_of: datetime | None = None, new_type: bool = True, sample: int = 500,
                  seed: int = 0, trial_hours: float = 0.5, type_discount: float = 0.5,
                  costs: Catalog | None = None,
-                 progress: Progress | None = None) -> dict[str, Any]:
+                 progress: Progress | None = None) -> TrialsResult:
     """Planned trials against random trials of the same number and cost, in the simulator.
 
     Parameters
@@ -370,7 +478,7 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
 
     Returns
     -------
-    dict
+    TrialsResult
         ``arms``: per budget ``planned`` and ``random`` (cost, trials that succeeded,
         accuracy block on the type's attempts of the day, ranking block); ``plan``: the plan
         for the largest budget.
@@ -407,14 +515,12 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
         .reset_index(drop=True)
     at = day - _DAY / 2  # the trials run on the last day of the window
 
-    def score(model: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"accuracy": score_block(model.artifact.predict(jobs_h), jobs_h)
-                               if len(jobs_h) else {}}
-        out["ranking"] = rank_on_type({"leap": model}, fleet, day_rows, hardware, costs,
-                                      sample=sample, seed=seed).get("leap", {})
-        return out
+    def score(model: Any) -> tuple[dict[str, float], dict[str, float]]:
+        accuracy = score_block(model.artifact.predict(jobs_h), jobs_h) if len(jobs_h) else {}
+        return accuracy, rank_on_type({"leap": model}, fleet, day_rows, hardware, costs,
+                                      sample=sample, seed=seed).model("leap")
 
-    def run(chosen: pd.DataFrame, tag: str) -> tuple[dict[str, Any], pd.DataFrame]:
+    def run(chosen: pd.DataFrame, tag: str) -> tuple[TrialArm, pd.DataFrame]:
         rng = np.random.default_rng([seed, len(chosen), 0 if tag == "planned" else 1])
         rows = measure_jobs(fleet, chosen, hardware, at, rng, id_prefix=f"trial-{tag}-",
                             duration_hours=trial_hours)
@@ -422,33 +528,37 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
         grown = pd.concat([attempts, rows], ignore_index=True).sort_values(
             ["submitted_at", "attempt_id"], kind="stable").reset_index(drop=True)
         model = train_window(grown, catalog, day, cfg)
-        block = {"trials": len(chosen), "succeeded": int((rows["status"] == "succeeded").sum()),
-                 "cost": float(chosen["estimated_cost"].sum()),
-                 "model_types": int(chosen["model_type"].nunique()), **score(model)}
-        return block, rows
+        accuracy, ranking = score(model)
+        arm = TrialArm(trials=len(chosen), succeeded=int((rows["status"] == "succeeded").sum()),
+                       cost=float(chosen["estimated_cost"].sum()),
+                       model_types=int(chosen["model_type"].nunique()), accuracy=accuracy,
+                       ranking=ranking)
+        return arm, rows
 
-    arms: dict[str, Any] = {}
+    arms: dict[str, TrialArms] = {}
     for n in budgets:
         if n == 0:
-            arms["0"] = {"planned": {"trials": 0, "cost": 0.0, **score(base)}}
+            accuracy, ranking = score(base)
+            arms["0"] = TrialArms(TrialArm(trials=0, cost=0.0, accuracy=accuracy,
+                                           ranking=ranking))
             continue
         chosen = plan.rows.head(n)
         say(f"{n} planned trials: measure, retrain")
         planned, _ = run(chosen, "planned")
         rng = np.random.default_rng([seed, n, 2])
-        pick = random_choice(plan.candidates, n, planned["cost"], rng)
+        pick = random_choice(plan.candidates, n, planned.cost, rng)
         say(f"{n} random trials: measure, retrain")
         rand, _ = run(pick, "random")
-        arms[str(n)] = {"planned": planned, "random": rand}
-    return {
-        "day": day.date().isoformat(), "hardware": hardware, "new_type": new_type,
-        "budgets": budgets, "seed": seed, "sample": sample,
-        "type_attempts_on_day": len(jobs_h), "candidates": len(plan.candidates),
-        "arms": arms, "plan": plan.to_dict(),
-        "wall_s": time.perf_counter() - t0,
-        "train_config": {"window_days": cfg.window_days, "model_kind": cfg.model_kind,
-                         "n_specialists": cfg.n_specialists, "pair_model": cfg.pair_model},
-        "definitions": {
+        arms[str(n)] = TrialArms(planned, rand)
+    return TrialsResult(
+        day=day.date().isoformat(), hardware=hardware, new_type=new_type,
+        budgets=budgets, seed=seed, sample=sample,
+        type_attempts_on_day=len(jobs_h), candidates=len(plan.candidates),
+        arms=arms, plan=plan.summary(),
+        wall_s=time.perf_counter() - t0,
+        train_config={"window_days": cfg.window_days, "model_kind": cfg.model_kind,
+                      "n_specialists": cfg.n_specialists, "pair_model": cfg.pair_model},
+        definitions={
             "planned": "the first N trials of the plan (see leap.eval.trials)",
             "random": "N random families of the same candidate pool, the draw (of 50) whose "
                       "total cost is closest to the planned trials' cost",
@@ -456,4 +566,4 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
                         "±20%, by the model retrained with the trials in its history",
             "ranking": "jobs of the day that could run on the type, ranked against the oracle",
         },
-    }
+    )
