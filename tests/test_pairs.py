@@ -14,19 +14,21 @@ from leap.errors import ArtifactError
 from leap.features.columns import Columns
 from leap.features.encode import FEATURE_NAMES, FeatureSpec, encode
 from leap.features.history import HistoryBuilder, Snapshot, prepare_history
-from leap.features.pairs import (
+from leap.features.pair_rows import (
     FOLDS,
-    PAIR_DAYS,
     PAIR_FEATURES,
+    family_fold,
+    pair_matrix,
+    pair_training_rows,
+    shape_training_rows,
+)
+from leap.features.pairs import (
+    PAIR_DAYS,
     REFIT_DAYS,
     PairModel,
     PairParams,
     PairSchedule,
-    family_fold,
-    pair_matrix,
-    pair_training_rows,
     refit_day,
-    shape_training_rows,
 )
 
 CAT = Catalog.default()

@@ -42,7 +42,9 @@ class Columns:
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> Columns:
-        return cls({c: frame[c].to_numpy() for c in frame.columns}, len(frame))
+        """Every column of ``frame``; time zone aware times as UTC ``datetime64`` (no feature
+        reads them, and an array of Timestamp objects cost most of a window's conversion)."""
+        return cls({c: _values(frame[c]) for c in frame.columns}, len(frame))
 
     @classmethod
     def from_request(cls, job: Mapping[str, Any], hardware: Sequence[str]) -> Columns:
@@ -129,6 +131,12 @@ class Columns:
             return np.array(["None" if v is None or v != v else str(v)
                              for v in self.obj(name)], dtype=object)
         return key_texts(pd.Series(self.obj(name), dtype=object))
+
+
+def _values(col: pd.Series) -> np.ndarray:
+    if isinstance(col.dtype, pd.DatetimeTZDtype):
+        return col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+    return col.to_numpy()
 
 
 def key_texts(values: pd.Series) -> np.ndarray:

@@ -244,6 +244,49 @@ class Snapshot:
                    PairModel.load(directory))
 
 
+#: Fixed-point scale of the exact sums: values are summed as whole multiples of 1e-9.
+_EXACT_SCALE = 1e9
+
+
+def _fixed(expr: str) -> str:
+    """SQL: ``expr`` in whole 1e-9 units as a 128-bit integer; NULL where it is not finite."""
+    return f"CASE WHEN isfinite({expr}) THEN round(({expr}) * {_EXACT_SCALE:.0f})::HUGEINT END"
+
+
+def _exact_sum(expr: str) -> str:
+    """SQL: the sum of ``expr`` over the finite values of a group, added as 128-bit integers
+    of 1e-9 units, so it does not depend on the order DuckDB's threads add them in (a
+    floating sum does, in its last bits, which would make the same night train a different
+    model on a different thread count). 0 for a group without finite values.
+
+    Examples
+    --------
+    >>> con = duckdb.connect()
+    >>> con.execute(f"SELECT {_exact_sum('x')} FROM (VALUES (0.1), (0.2), ('nan'::DOUBLE)) t(x)"
+    ...             ).fetchone()[0]
+    0.3
+    """
+    return f"coalesce(sum({_fixed(expr)})::DOUBLE / {_EXACT_SCALE:.0f}, 0.0)"
+
+
+def _exact_sd(v: str) -> str:
+    """SQL: the sample standard deviation of column ``v`` over the finite values of a group,
+    0 with fewer than two; from exact integer sums (see :func:`_exact_sum`), so
+    ``n * sum(x^2) - sum(x)^2`` cancels without rounding error.
+
+    Examples
+    --------
+    >>> con = duckdb.connect()
+    >>> round(con.execute(f"SELECT {_exact_sd('x')} FROM (VALUES (1.0), (2.0), (4.0)) t(x)"
+    ...                   ).fetchone()[0], 9)
+    1.527525232
+    """
+    n = f"count({_fixed(v)})"
+    s1, s2 = f"sum({_fixed(v)})", f"sum({_fixed(v)} * {_fixed(v)})"
+    return (f"CASE WHEN {n} > 1 THEN sqrt(greatest(({n}::HUGEINT * {s2} - {s1} * {s1})::DOUBLE"
+            f", 0.0) / ({n} * ({n} - 1))::DOUBLE) / {_EXACT_SCALE:.0f} ELSE 0.0 END")
+
+
 class HistoryBuilder:
     """Builds snapshots as of any time from one prepared history frame (kept in DuckDB).
 
@@ -256,15 +299,15 @@ class HistoryBuilder:
     """
 
     def __init__(self, history: pd.DataFrame, *, lookback_days: int = 30,
-                 pairs: Callable[[datetime], PairModel | None] | None = None) -> None:
+                 pairs: Callable[[datetime], PairModel | None] | None = None,
+                 threads: int = 1) -> None:
         self.lookback_days = lookback_days
         # The pair model as of a time (a :class:`~leap.features.pairs.PairSchedule`).
         self.pairs = pairs
         self._con = duckdb.connect()
-        # One thread: DuckDB's parallel stddev_samp sums in a scheduling-dependent order, so
-        # with 2 threads the *_sd_* features differ in the last bits from run to run, and the
-        # same night trains a different model (breaks serial = Dask backtests). ~1.3x slower.
-        self._con.execute("SET threads TO 1")
+        # Any thread count gives the same tables to the last bit: every aggregate is either
+        # order-free (count, min, max, median) or an exact integer sum (see _exact_sum).
+        self._con.execute(f"SET threads TO {int(threads)}")
         frame = history[list(HISTORY_COLUMNS)].copy()
         # Group on integer codes (several times faster than strings); decoded per snapshot.
         self._labels: dict[str, np.ndarray] = {}
@@ -319,6 +362,7 @@ class HistoryBuilder:
         B) and per (precision, A, B); keys are :data:`~leap.features.transfer.TRANSFER_LEVELS`
         texts.
         """
+        sxy, sxx = _exact_sum("d * dp"), _exact_sum("dp * dp")
         sql = f"""
             WITH fh AS (
                 SELECT family_id, hardware, min(model_type) AS mt, min(model_category) AS cat,
@@ -330,14 +374,14 @@ class HistoryBuilder:
                        b.r - a.r AS d, b.phys - a.phys AS dp
                 FROM fh a JOIN fh b ON a.family_id = b.family_id AND a.hardware <> b.hardware)
             SELECT 'mt' AS level, mt AS k1, -1 AS k2, hw_a, hw_b, median(d) AS d_med,
-                   count(*)::DOUBLE AS n, sum(d * dp) AS sxy, sum(dp * dp) AS sxx
+                   count(*)::DOUBLE AS n, {sxy} AS sxy, {sxx} AS sxx
             FROM p GROUP BY mt, hw_a, hw_b
             UNION ALL
-            SELECT 'cat', cat, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, sum(d * dp),
-                   sum(dp * dp) FROM p GROUP BY cat, prec, hw_a, hw_b
+            SELECT 'cat', cat, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, {sxy}, {sxx}
+            FROM p GROUP BY cat, prec, hw_a, hw_b
             UNION ALL
-            SELECT 'all', -1, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, sum(d * dp),
-                   sum(dp * dp) FROM p GROUP BY prec, hw_a, hw_b
+            SELECT 'all', -1, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, {sxy}, {sxx}
+            FROM p GROUP BY prec, hw_a, hw_b
             ORDER BY 1, 2, 3, 4, 5"""
         t = self._con.execute(sql, {"start": start, "as_of": as_of}).df()
         level = t["level"].to_numpy(dtype=object)
@@ -376,7 +420,7 @@ class HistoryBuilder:
             aggs.append(f"median({v}) FILTER (WHERE submitted_at >= $recent) "
                         f"AS {level.name}_last_{v}")
         v0 = level.values[0]
-        aggs.append(f"coalesce(stddev_samp({v0}), 0.0) AS {level.name}_sd_{v0}")
+        aggs.append(f"{_exact_sd(v0)} AS {level.name}_sd_{v0}")
         sql = (f"SELECT {keys}, {', '.join(aggs)} FROM {source} "
                f"WHERE submitted_at >= $start AND submitted_at < $as_of "
                f"GROUP BY {keys} ORDER BY {keys}")

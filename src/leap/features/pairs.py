@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -54,55 +53,19 @@ from leap.catalog import Catalog
 from leap.data.schema import PRECISIONS
 from leap.errors import ArtifactError
 from leap.features.columns import Columns
-from leap.features.physics import activation_bytes, estimates, hardware_specs, peak_flops
+from leap.features.pair_rows import (
+    CATEGORICAL,
+    FOLDS,
+    PAIR_FEATURES,
+    SHAPE_CATEGORICAL,
+    SHAPE_FEATURES,
+    family_fold,
+    pair_matrix,
+    pair_training_rows,
+    shape_matrix,
+    shape_training_rows,
+)
 
-#: Family halves for cross-fitting.
-FOLDS = 2
-#: Columns that make one configuration of a family (with ``hardware``, one group).
-CONFIG_COLUMNS = ("family_id", "trainer_count", "devices_per_trainer", "batch_size", "precision",
-                  "tensor_parallel", "pipeline_parallel")
-#: Job columns the pair features read (launch-time, all optional but ``family_id``).
-JOB_FEATURE_COLUMNS = (*CONFIG_COLUMNS, "model_category", "num_params", "flops_per_sample",
-                       "embedding_params", "hidden_dim", "seq_len", "num_layers")
-_PHYS_DIFF = ("log_phys_sps", "log_compute_sps", "log_weight_stream_sps")
-_PHYS_BOTH = ("comm_to_compute", "mem_fit", "log_compute_sps", "log_weight_stream_sps")
-_SPECS = ("mem_bw_gb_per_s", "intra_node_bw_gb_per_s", "inter_node_bw_gbit_per_s", "memory_gb",
-          "devices_per_host")
-_LOG_JOB = ("trainer_count", "batch_size", "num_params", "flops_per_sample", "embedding_params",
-            "hidden_dim", "seq_len")
-_RAW_JOB = ("devices_per_trainer", "tensor_parallel", "pipeline_parallel", "num_layers")
-CATEGORICAL = ("vendor_a", "vendor_b", "precision", "model_category")
-#: Where one step of the job sits on each type: ``step``, log seconds of a device's compute
-#: per step at peak (little work per step leaves a big device idle: launch overheads,
-#: unsaturated kernels); ``mem_step``, log seconds of its activation traffic per step
-#: (:func:`~leap.features.physics.activation_bytes` over the memory bandwidth); ``ridge``,
-#: the job's FLOPs per activation byte over the type's peak FLOP/s per byte/s (above 0:
-#: compute-bound). On the default fleet's held-out day they took the pair model's error on
-#: pairs of one vendor from 0.088 to 0.081 (median absolute log error against the
-#: simulator's truth; the harder fleet, in a prototype, 0.077 to 0.071); the pair estimate
-#: on the day's 611 attempts on types new to their family moved within training noise
-#: (58.1-60.7% within +-20% between two fits, against 58.6%).
-_STEP_FEATURES = ("a_step", "b_step", "d_step", "a_ridge", "b_ridge", "a_mem_step",
-                  "b_mem_step")
-PAIR_FEATURES: tuple[str, ...] = (
-    *(f"d_{k}" for k in _PHYS_DIFF), *(f"{s}_{k}" for k in _PHYS_BOTH for s in ("a", "b")),
-    "d_peak", "a_peak", *(f"{s}_{k}" for k in _SPECS for s in ("d", "a")),
-    *(f"log_{c}" for c in _LOG_JOB), *_RAW_JOB, "log_batch_per_device", *CATEGORICAL,
-    *_STEP_FEATURES)
-#: A configuration's shape, as history keys it (:func:`leap.features.history.shape_keys`).
-SHAPE_COLUMNS = ("trainer_count", "devices_per_trainer", "batch_size")
-_SHAPE_LOGS = ("log_trainers", "log_devices_per_trainer", "log_batch", "log_batch_per_device")
-_SHAPE_PHYS = ("log_phys_sps", "log_compute_sps", "log_weight_stream_sps", "comm_to_compute",
-               "mem_fit")
-_SHAPE_JOB = ("num_params", "flops_per_sample", "embedding_params", "hidden_dim", "seq_len")
-SHAPE_CATEGORICAL = ("vendor", "precision", "model_category")
-SHAPE_FEATURES: tuple[str, ...] = (
-    *(f"{s}_{k}" for k in (*_SHAPE_LOGS, *_SHAPE_PHYS) for s in ("a", "b")),
-    *(f"d_{k}" for k in (*_SHAPE_LOGS, *_SHAPE_PHYS[:3])), "peak",
-    *(f"hw_{k}" for k in _SPECS), *(f"log_{c}" for c in _SHAPE_JOB),
-    "tensor_parallel", "pipeline_parallel", "num_layers", *SHAPE_CATEGORICAL)
-#: Configurations paired per fit at most (a seeded sample beyond it keeps the fit short).
-MAX_PAIRS = 200_000
 #: Days between refits of the pair model (see the module docstring).
 REFIT_DAYS = 7
 #: Days of history before its refit day that a pair model learns from.
@@ -133,202 +96,6 @@ class PairParams:
                 "feature_fraction": 0.9, "max_bin": self.max_bin,
                 "num_threads": self.num_threads, "seed": self.seed, "deterministic": True,
                 "force_row_wise": True, "verbosity": -1}
-
-
-def family_fold(family_id: np.ndarray) -> np.ndarray:
-    """Cross-fitting half (0 or 1) of each family id: a hash, stable across runs and machines."""
-    return np.fromiter((zlib.crc32(str(f).encode()) % FOLDS for f in family_id),
-                       dtype=np.int64, count=len(family_id))
-
-
-def _phys_r(jobs: Columns, catalog: Catalog) -> dict[str, np.ndarray]:
-    est = estimates(jobs, catalog)
-    est["log_phys_sps"] = np.nan_to_num(est["log_phys_sps"], nan=0.0)  # as history's ``r``
-    return est
-
-
-def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Catalog,
-                vocab: dict[str, list[str]], job: np.ndarray | None = None) -> np.ndarray:
-    """Features (:data:`PAIR_FEATURES`) of each job moving from ``hw_a`` to ``hw_b``.
-
-    Row ``i`` is job ``job[i]`` (a row of ``jobs``; default: row ``i``). Physics estimates
-    are computed once per distinct (job, type) and job features once per job, then gathered:
-    ranking one job over 20 types pairs it with every type its family ran on, and a day of
-    training rows repeats a few thousand configurations.
-    """
-    n = len(hw_a)
-    job = np.arange(n) if job is None else np.asarray(job, dtype=np.int64)
-    hcode, names = pd.factorize(np.concatenate([np.asarray(hw_a, dtype=object),
-                                                np.asarray(hw_b, dtype=object)]))
-    combo, inv = np.unique(np.concatenate([job, job]) * len(names) + hcode, return_inverse=True)
-    on = jobs.take(combo // len(names)).with_hardware(np.asarray(names, dtype=object)[
-        combo % len(names)])
-    est = _phys_r(on, catalog)
-    specs = hardware_specs(catalog, on.obj("hardware"))
-    ia, ib = inv[:n], inv[n:]
-    f: dict[str, np.ndarray] = {}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for k in _PHYS_DIFF:
-            f[f"d_{k}"] = est[k][ib] - est[k][ia]
-        for k in _PHYS_BOTH:
-            f[f"a_{k}"], f[f"b_{k}"] = est[k][ia], est[k][ib]
-        peak = np.log(peak_flops(on.obj("precision"), specs))
-        f["d_peak"], f["a_peak"] = peak[ib] - peak[ia], peak[ia]
-        per_device = np.fmax(on.num("batch_size"), 1.0) / np.fmax(
-            on.num("devices_per_trainer"), 1.0)
-        flops, act = on.num("flops_per_sample"), activation_bytes(on)
-        log_bw = np.log(specs["mem_bw_gb_per_s"] * 1e9)
-        step = np.log(per_device * flops) - peak
-        mem_step = np.log(per_device * act) - log_bw
-        ridge = np.log(flops / act) - (peak - log_bw)
-        f["a_step"], f["b_step"], f["d_step"] = step[ia], step[ib], step[ib] - step[ia]
-        f["a_ridge"], f["b_ridge"] = ridge[ia], ridge[ib]
-        f["a_mem_step"], f["b_mem_step"] = mem_step[ia], mem_step[ib]
-        for k in _SPECS:
-            spec = np.log(specs[k])
-            f[f"d_{k}"], f[f"a_{k}"] = spec[ib] - spec[ia], spec[ia]
-        for c in _LOG_JOB:
-            f[f"log_{c}"] = np.log(jobs.num(c))[job]
-        for c in _RAW_JOB:
-            f[c] = jobs.num(c)[job]
-        f["log_batch_per_device"] = (np.log(jobs.num("batch_size")) - np.log(
-            np.fmax(jobs.num("devices_per_trainer"), 1.0)))[job]
-    vendor = _codes([catalog[h].vendor if h in catalog else None for h in names],
-                    vocab["vendor"])
-    f["vendor_a"], f["vendor_b"] = vendor[hcode[:n]], vendor[hcode[n:]]
-    f["precision"] = _codes(jobs.obj("precision"), vocab["precision"])[job]
-    f["model_category"] = _codes(jobs.obj("model_category"), vocab["model_category"])[job]
-    X = np.column_stack([f[name] for name in PAIR_FEATURES])
-    return np.where(np.isfinite(X), X, np.nan)
-
-
-def log_shape(shape: np.ndarray) -> np.ndarray:
-    """Log of ``(n, 3)`` shapes (:data:`SHAPE_COLUMNS`), a missing part (NaN, -1) read as 1."""
-    return np.log(np.fmax(np.asarray(shape, dtype=np.float64), 1.0))
-
-
-def shape_of(on: Columns) -> np.ndarray:
-    """The ``(n, 3)`` shape of each row (:data:`SHAPE_COLUMNS`; NaN where missing)."""
-    return np.column_stack([on.num(c) for c in SHAPE_COLUMNS])
-
-
-def _shape_logs(on: Columns) -> dict[str, np.ndarray]:
-    tc, dpt, bs = log_shape(shape_of(on)).T
-    return {"log_trainers": tc, "log_devices_per_trainer": dpt, "log_batch": bs,
-            "log_batch_per_device": bs - dpt}
-
-
-def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
-                 vocab: dict[str, list[str]], job: np.ndarray | None = None) -> np.ndarray:
-    """Features (:data:`SHAPE_FEATURES`) of each job moving from shape ``a_shape[i]``
-    (trainers, devices per trainer, batch; -1 or NaN = missing) to its own shape on its own
-    type; row ``i`` is job ``job[i]`` of ``jobs`` (default: row ``i``)."""
-    n = len(a_shape)
-    job = np.arange(n) if job is None else np.asarray(job, dtype=np.int64)
-    on_b = jobs.take(job)
-    a = np.where(np.asarray(a_shape, dtype=np.float64) > 0, a_shape, np.nan)
-    on_a = on_b.replace({c: a[:, i] for i, c in enumerate(SHAPE_COLUMNS)})
-    f: dict[str, np.ndarray] = {}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for s, on in (("a", on_a), ("b", on_b)):
-            f.update({f"{s}_{k}": v for k, v in _shape_logs(on).items()})
-            est = _phys_r(on, catalog)
-            f.update({f"{s}_{k}": est[k] for k in _SHAPE_PHYS})
-        for k in (*_SHAPE_LOGS, *_SHAPE_PHYS[:3]):
-            f[f"d_{k}"] = f[f"b_{k}"] - f[f"a_{k}"]
-        hardware = on_b.obj("hardware")
-        specs = hardware_specs(catalog, hardware)
-        f["peak"] = np.log(peak_flops(on_b.obj("precision"), specs))
-        for k in _SPECS:
-            f[f"hw_{k}"] = np.log(specs[k])
-        for c in _SHAPE_JOB:
-            f[f"log_{c}"] = np.log(on_b.num(c))
-    for c in ("tensor_parallel", "pipeline_parallel", "num_layers"):
-        f[c] = on_b.num(c)
-    f["vendor"] = _codes([catalog[h].vendor if h in catalog else None for h in hardware],
-                         vocab["vendor"])
-    f["precision"] = _codes(on_b.obj("precision"), vocab["precision"])
-    f["model_category"] = _codes(on_b.obj("model_category"), vocab["model_category"])
-    X = np.column_stack([f[name] for name in SHAPE_FEATURES])
-    return np.where(np.isfinite(X), X, np.nan)
-
-
-def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
-                        max_pairs: int = MAX_PAIRS, seed: int = 0
-                        ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """``(jobs, shape A, r(B) - r(A) and weight)`` of every two shapes one family ran on one
-    type (one row per ordered pair; ``jobs`` are shape B's columns, with ``hardware``).
-
-    ``attempts`` are succeeded attempts with a positive ``throughput``. Each (family, type,
-    shape) group is its median log throughput over its physics estimate (the other job
-    columns: the group's first row); weights are the square root of the smaller group's
-    attempt count.
-    """
-    ok = attempts[attempts["hardware"].isin(list(catalog))]
-    cols = [c for c in JOB_FEATURE_COLUMNS if c in ok.columns and c not in SHAPE_COLUMNS]
-    frame = ok[[*cols, "hardware"]].copy()
-    for c in SHAPE_COLUMNS:
-        frame[c] = pd.to_numeric(ok[c], errors="coerce").fillna(-1.0) if c in ok.columns \
-            else -1.0
-    frame["y"] = np.log(ok["throughput"].to_numpy(dtype=np.float64))
-    keys = ["family_id", "hardware", *SHAPE_COLUMNS]
-    others = {c: (c, "first") for c in cols if c not in keys}
-    groups = frame.groupby(keys, sort=True).agg(y=("y", "median"), n=("y", "size"),
-                                                **others).reset_index()
-    groups["r"] = groups["y"] - _phys_r(Columns.from_frame(groups), catalog)["log_phys_sps"]
-    pairs = groups.merge(groups[[*keys, "r", "n"]], on=["family_id", "hardware"],
-                         suffixes=("", "_a"))
-    differ = np.zeros(len(pairs), dtype=bool)
-    for c in SHAPE_COLUMNS:
-        differ |= (pairs[c] != pairs[f"{c}_a"]).to_numpy()
-    pairs = pairs[differ].reset_index(drop=True)
-    if len(pairs) > max_pairs:
-        keep = np.sort(np.random.default_rng(seed).choice(len(pairs), max_pairs, replace=False))
-        pairs = pairs.iloc[keep].reset_index(drop=True)
-    jobs = pairs[[*cols, *SHAPE_COLUMNS, "hardware"]]
-    a_shape = pairs[[f"{c}_a" for c in SHAPE_COLUMNS]].to_numpy(dtype=np.float64)
-    target = (pairs["r"] - pairs["r_a"]).to_numpy()
-    weight = np.sqrt(np.minimum(pairs["n"], pairs["n_a"]).to_numpy(dtype=np.float64))
-    return jobs, a_shape, np.column_stack([target, weight])
-
-
-def _codes(values: object, vocab: list[str]) -> np.ndarray:
-    pos = {v: float(i) for i, v in enumerate(vocab)}
-    return np.array([pos.get(v, np.nan) if isinstance(v, str) else np.nan
-                     for v in values], dtype=np.float64)  # type: ignore[attr-defined]
-
-
-def pair_training_rows(attempts: pd.DataFrame, catalog: Catalog, *, max_pairs: int = MAX_PAIRS,
-                       seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
-    """``(jobs, hw_a, hw_b, r(B) - r(A) and weight)`` of every configuration run on two types.
-
-    ``attempts`` are succeeded attempts with a positive ``throughput``. Each (configuration,
-    type) group is its median log throughput; weights are the square root of the smaller
-    group's attempt count. Returns the job columns of each pair (one row per ordered pair),
-    the two type arrays, and a ``(n, 2)`` array of target and weight.
-    """
-    ok = attempts[attempts["hardware"].isin(list(catalog))]
-    cols = [c for c in JOB_FEATURE_COLUMNS if c in ok.columns]
-    frame = ok[[*cols, "hardware"]].copy()
-    frame["y"] = np.log(ok["throughput"].to_numpy(dtype=np.float64))
-    keys = [c for c in CONFIG_COLUMNS if c in frame.columns]
-    others = {c: (c, "first") for c in cols if c not in keys}
-    groups = frame.groupby([*keys, "hardware"], dropna=False, sort=True).agg(
-        y=("y", "median"), n=("y", "size"), **others).reset_index()
-    pairs = groups.merge(groups[[*keys, "hardware", "y", "n"]], on=keys, suffixes=("_a", "_b"))
-    pairs = pairs[pairs["hardware_a"] != pairs["hardware_b"]].reset_index(drop=True)
-    if len(pairs) > max_pairs:
-        keep = np.sort(np.random.default_rng(seed).choice(len(pairs), max_pairs, replace=False))
-        pairs = pairs.iloc[keep].reset_index(drop=True)
-    jobs = pairs[[c for c in cols if c in pairs.columns]]
-    hw_a = pairs["hardware_a"].to_numpy(dtype=object)
-    hw_b = pairs["hardware_b"].to_numpy(dtype=object)
-    cj = Columns.from_frame(jobs)
-    phys_a = _phys_r(cj.with_hardware(hw_a), catalog)["log_phys_sps"]
-    phys_b = _phys_r(cj.with_hardware(hw_b), catalog)["log_phys_sps"]
-    target = (pairs["y_b"] - pairs["y_a"]).to_numpy() - (phys_b - phys_a)
-    weight = np.sqrt(np.minimum(pairs["n_a"], pairs["n_b"]).to_numpy(dtype=np.float64))
-    return jobs, hw_a, hw_b, np.column_stack([target, weight])
 
 
 class PairModel:

@@ -32,7 +32,8 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.features.columns import SMALL, Columns
-from leap.features.pairs import JOB_FEATURE_COLUMNS, PairModel, log_shape, shape_of
+from leap.features.pair_rows import JOB_FEATURE_COLUMNS, log_shape, shape_of
+from leap.features.pairs import PairModel
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0

@@ -1,0 +1,49 @@
+"""History snapshots are the same to the last bit whatever DuckDB's thread count."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+
+from leap.features.history import HistoryBuilder
+
+
+def _history(n: int, seed: int = 0) -> pd.DataFrame:
+    """``n`` prepared history rows (the columns of :func:`prepare_history`), over 10 days."""
+    rng = np.random.default_rng(seed)
+    fam = rng.integers(0, 400, n)
+    hw = rng.choice(["A100", "H100", "L4", "MI300X"], n)
+    tc = rng.choice([1, 2, 4], n)
+    y = rng.normal(6.0, 1.5, n) + 1e-7 * rng.normal(size=n)  # digits a float sum rounds away
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return pd.DataFrame({
+        "family_id": [f"f{i}" for i in fam], "model_type": [f"mt{i % 37}" for i in fam],
+        "model_category": np.where(fam % 2 == 0, "llm", "vision"), "precision": "bf16",
+        "hardware": hw, "vendor": np.where(hw == "MI300X", "amd", "nvidia"),
+        "trainer_count": tc, "shape": [f"{t}/1/32" for t in tc],
+        "submitted_at": pd.to_datetime(start) + pd.to_timedelta(rng.uniform(0, 10, n), "D"),
+        "y": y, "r": y - rng.normal(5.0, 1.0, n)})
+
+
+def test_snapshots_do_not_depend_on_the_thread_count() -> None:
+    # Over DuckDB's 122,880-row groups, so two threads really aggregate in parallel.
+    hist = _history(300_000)
+    as_of = datetime(2026, 1, 10, tzinfo=UTC)
+    exclude = pd.DataFrame({"family_id": ["f1", "f2"], "hardware": ["A100", "L4"]})
+    snaps = {}
+    for threads in (1, 2):
+        builder = HistoryBuilder(hist, lookback_days=30, threads=threads)
+        snaps[threads] = (builder.snapshot(as_of), builder.snapshot(as_of, exclude=exclude))
+        builder.close()
+    for one, two in zip(snaps[1], snaps[2], strict=True):
+        assert one.tables.keys() == two.tables.keys()
+        for name, table in one.tables.items():
+            pd.testing.assert_frame_equal(table, two.tables[name], check_exact=True, obj=name)
+    # The spreads are real: the exact integer sums agree with a float standard deviation.
+    sd = snaps[1][0].tables["fam_hw"]["fam_hw_sd_y"].to_numpy()
+    window = (hist["submitted_at"] >= as_of - timedelta(days=30)) & (hist["submitted_at"] < as_of)
+    expected = hist[window].groupby(
+        ["family_id", "hardware"])["y"].std().fillna(0.0).sort_index().to_numpy()
+    np.testing.assert_allclose(sd, expected, atol=1e-8)
