@@ -17,6 +17,7 @@ from leap.data.store import Store
 from leap.errors import ConfigError, ParamError
 from leap.eval.backtest import (
     FORMAT_VERSION,
+    Night,
     comparable,
     last_full_day,
     night_path,
@@ -88,7 +89,7 @@ def test_summary_is_median_min_max_over_nights() -> None:
 
 @pytest.fixture(scope="module")
 def serial_run(sim_workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
-               ) -> tuple[Path, list[dict[str, object]], list[list[str]]]:
+               ) -> tuple[Path, list[Night], list[list[str]]]:
     """2 nights, then 3 nights with the same settings (the second run resumes the first)."""
     work = tmp_path_factory.mktemp("bt-serial")
     first = run_backtest(sim_workspace.store_path, Catalog.default(), CFG, nights=2,
@@ -100,27 +101,27 @@ def serial_run(sim_workspace: Workspace, tmp_path_factory: pytest.TempPathFactor
     return second.run_dir, second.nights, [first.computed, second.computed, second.reused]
 
 
-def test_a_longer_backtest_resumes_with_one_new_fit(serial_run: tuple[Path, list[dict[str, object]], list[list[str]]]) -> None:  # noqa: E501
+def test_a_longer_backtest_resumes_with_one_new_fit(
+        serial_run: tuple[Path, list[Night], list[list[str]]]) -> None:
     run_dir, nights, (first, computed, reused) = serial_run
     assert first == ["2026-01-11", "2026-01-12"]
     assert computed == ["2026-01-10"] and reused == ["2026-01-11", "2026-01-12"]
-    assert [n["day"] for n in nights] == ["2026-01-10", "2026-01-11", "2026-01-12"]
+    assert [n.day for n in nights] == ["2026-01-10", "2026-01-11", "2026-01-12"]
     for n in nights:
-        assert night_path(run_dir, str(n["day"])).is_file()
+        assert night_path(run_dir, n.day).is_file()
     assert json.loads((run_dir / "settings.json").read_text())["format"] == FORMAT_VERSION
     assert (run_dir / "model-2026-01-12" / "manifest.json").is_file()
 
 
 def test_a_killed_backtest_recomputes_only_the_missing_night(
-        sim_workspace: Workspace, serial_run: tuple[Path, list[dict[str, object]],
-                                                    list[list[str]]],
+        sim_workspace: Workspace, serial_run: tuple[Path, list[Night], list[list[str]]],
         tmp_path: Path) -> None:
     run_dir, nights, _ = serial_run
     work = tmp_path / "work"
     copy = work / run_dir.name
     copy.mkdir(parents=True)
     for n in nights[:2]:
-        src = night_path(run_dir, str(n["day"]))
+        src = night_path(run_dir, n.day)
         (copy / src.name).write_text(src.read_text())
     # What a kill can leave: a temporary file that was never renamed, and no third night.
     (copy / ".night-2026-01-12.json.123.tmp").write_text("{half")
@@ -131,8 +132,7 @@ def test_a_killed_backtest_recomputes_only_the_missing_night(
 
 
 def test_night_figures_match_the_definitions(
-        sim_workspace: Workspace, serial_run: tuple[Path, list[dict[str, object]],
-                                                    list[list[str]]]) -> None:
+        sim_workspace: Workspace, serial_run: tuple[Path, list[Night], list[list[str]]]) -> None:
     run_dir, nights, _ = serial_run
     night = nights[-1]
     with Store(sim_workspace.store_path, read_only=True) as store:
@@ -141,8 +141,7 @@ def test_night_figures_match_the_definitions(
                       saved=run_dir / "model-2026-01-12")
     assert ed.source.startswith("kept by the backtest")
     actual = ed.held["throughput"].to_numpy(dtype=float)
-    held = night["held_out"]
-    assert isinstance(held, dict)
+    held = night.held_out
     assert held["n"] == len(ed.held)
     assert held["accuracy"] == pytest.approx(metrics.accuracy(ed.held_pred, actual))
     assert held["accuracy_gpu_hours"] == pytest.approx(
@@ -151,24 +150,22 @@ def test_night_figures_match_the_definitions(
     assert held["coverage"] == 1.0
     seen, unseen = held["seen_families"], held["unseen_families"]
     assert seen["n"] + unseen["n"] == held["n"]
-    assert isinstance(night["lookup"], dict)
-    lookup = dict(night["lookup"])  # a copy: the fixture's nights are shared
+    lookup = night.lookup.to_dict()
     again = lookup_comparison(ed.past, ed.held, ed.held_pred, ed.artifact.catalog).to_dict()
     assert lookup.pop("keys") == again.pop("keys")
     # NaN-safe: a group without rows has NaN figures.
     assert json.dumps(lookup.pop("spec_ratio_transfer"), sort_keys=True) == json.dumps(
         again.pop("spec_ratio_transfer"), sort_keys=True)
     assert lookup == pytest.approx(again)
-    ceiling = night["oracle_ceiling"]
-    assert isinstance(ceiling, dict) and held["accuracy"] < ceiling["accuracy"] <= 1.0
-    hist = night["error_hist"]
-    assert isinstance(hist, dict) and sum(hist["counts"]) == held["n"]
-    assert np.isclose(hist["log10_edges"][0], -1.0)
+    ceiling = night.oracle_ceiling
+    assert ceiling is not None and held["accuracy"] < ceiling["accuracy"] <= 1.0
+    hist = night.error_hist
+    assert sum(hist.counts) == held["n"]
+    assert np.isclose(hist.log10_edges[0], -1.0)
 
 
 def test_dask_local_cluster_gives_the_serial_results(
-        sim_workspace: Workspace, serial_run: tuple[Path, list[dict[str, object]],
-                                                    list[list[str]]],
+        sim_workspace: Workspace, serial_run: tuple[Path, list[Night], list[list[str]]],
         tmp_path: Path) -> None:
     _, nights, _ = serial_run
     # Two nights, one on each worker at once: the serial run's last two.
@@ -181,8 +178,7 @@ def test_dask_local_cluster_gives_the_serial_results(
 
 @pytest.mark.slow
 def test_local_processes_give_the_serial_results(
-        sim_workspace: Workspace, serial_run: tuple[Path, list[dict[str, object]],
-                                                    list[list[str]]],
+        sim_workspace: Workspace, serial_run: tuple[Path, list[Night], list[list[str]]],
         tmp_path: Path) -> None:
     _, nights, _ = serial_run
     result = run_backtest(sim_workspace.store_path, Catalog.default(), CFG, nights=3,
@@ -204,17 +200,14 @@ def test_eval_day_prefers_the_published_model_of_the_day(trained_workspace: Work
 
 
 def test_a_night_trained_alone_equals_the_backtest_night(
-        sim_workspace: Workspace, serial_run: tuple[Path, list[dict[str, object]],
-                                                    list[list[str]]]) -> None:
+        sim_workspace: Workspace, serial_run: tuple[Path, list[Night], list[list[str]]]) -> None:
     # The backtest reused encoded days from its other nights; a fresh fit must agree.
     _, nights, _ = serial_run
     day = LAST - timedelta(days=1)
     with Store(sim_workspace.store_path, read_only=True) as store:
         ed = eval_day(store, Catalog.default(), CFG, as_of=day, source="train")
     assert ed.source == "trained on 2026-01-08..2026-01-10"
-    night = next(n for n in nights if n["day"] == "2026-01-11")
-    held = night["held_out"]
-    assert isinstance(held, dict)
+    held = next(n for n in nights if n.day == "2026-01-11").held_out
     actual = ed.held["throughput"].to_numpy(dtype=float)
     assert held["accuracy"] == metrics.accuracy(ed.held_pred, actual)
 

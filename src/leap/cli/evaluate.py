@@ -74,7 +74,7 @@ def _run_backtest(ws: Workspace, *, nights: int, window_days: int, end: str | No
 
         def progress(done: int, total: int, night: Any) -> None:
             last = "" if night is None else (
-                f"{night['day']}: {100 * night['held_out']['accuracy']:.1f}% within ±20%")
+                f"{night.day}: {100 * night.held_out['accuracy']:.1f}% within ±20%")
             bar.update(task, completed=done, total=total, last=last)
 
         return run_backtest(ws.store_path, catalog, cfg, nights=nights, work_dir=ws.work_dir,

@@ -35,9 +35,10 @@ from leap import __version__, metrics
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
 from leap.errors import DataError, ParamError
-from leap.eval.baselines import lookup_comparison
+from leap.eval.baselines import LookupComparison, lookup_comparison
 from leap.eval.oracle import oracle_ceiling, oracle_fleet
 from leap.eval.parallel import Parallel
+from leap.eval.records import Record
 from leap.features.encode import FEATURE_VERSION, NOVELTY_GROUPS
 from leap.model.train import WindowModel, family_seen
 from leap.model.window import EncodeCache, TrainConfig, day_start, window_attempts
@@ -52,7 +53,7 @@ _DAY = timedelta(days=1)
 #: Night fields that depend on where and when it ran (left out of equality checks).
 RUN_FIELDS = ("timings_s", "worker")
 
-Progress = Callable[[int, int, Mapping[str, Any] | None], None]
+Progress = Callable[[int, int, "Night | None"], None]
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,49 @@ class NightTask:
     model_dir: str | None = None
 
 
+@dataclass(frozen=True)
+class ErrorHistogram(Record):
+    """Held-out attempts per bin of log10(predicted / measured) (:data:`ERROR_EDGES`); the
+    end bins include what lies beyond, also counted apart."""
+
+    log10_edges: list[float]
+    counts: list[int]
+    clipped_low: int
+    clipped_high: int
+
+
+@dataclass(frozen=True)
+class Night(Record):
+    """One night's record (``night-YYYY-MM-DD.json``, :func:`night_result`).
+
+    ``held_out`` is the training's held-out block (:func:`leap.model.train.evaluate`: the
+    accuracy figures, ``novelty`` and ``masked_pairs`` by group, ``interval_coverage``) plus
+    ``seen_families``, ``unseen_families`` and ``unseen_share``; ``oracle_ceiling`` the
+    simulator's ceiling (None on real data); ``timings_s`` and ``worker`` (:data:`RUN_FIELDS`)
+    say where and how long it ran.
+    """
+
+    OMIT_NONE = frozenset(RUN_FIELDS)
+
+    format: int
+    day: str
+    window: dict[str, Any]
+    train_rows: int
+    held_out: dict[str, Any]
+    oracle_ceiling: dict[str, float] | None
+    lookup: LookupComparison
+    error_hist: ErrorHistogram
+    timings_s: dict[str, float] | None = None
+    worker: dict[str, Any] | None = None
+
+
 @dataclass
 class BacktestResult:
     """Nights (sorted by day), which were computed now and which reused, and the summary."""
 
     run_dir: Path
     settings: dict[str, Any]
-    nights: list[dict[str, Any]]
+    nights: list[Night]
     computed: list[str]
     reused: list[str]
     wall_s: float
@@ -84,7 +121,7 @@ class BacktestResult:
         """The JSON of the result (every night), as ``leap backtest --json`` prints it."""
         return {"run_dir": str(self.run_dir), "settings": self.settings,
                 "computed": self.computed, "reused": self.reused, "wall_s": self.wall_s,
-                "summary": self.summary, "nights": self.nights}
+                "summary": self.summary, "nights": [n.to_dict() for n in self.nights]}
 
     #: The older name of :meth:`to_dict`.
     to_json = to_dict
@@ -93,7 +130,8 @@ class BacktestResult:
     def from_dict(cls, data: Mapping[str, Any]) -> BacktestResult:
         """Read :meth:`to_dict` back (e.g. the ``backtest`` part of a ``report.json``)."""
         return cls(run_dir=Path(data["run_dir"]), settings=dict(data["settings"]),
-                   nights=list(data["nights"]), computed=list(data["computed"]),
+                   nights=[Night.from_dict(n) for n in data["nights"]],
+                   computed=list(data["computed"]),
                    reused=list(data["reused"]), wall_s=float(data["wall_s"]),
                    summary=dict(data.get("summary", {})))
 
@@ -203,14 +241,14 @@ def run_night(task: NightTask) -> dict[str, Any]:
     window_start = as_of - cfg.window_days * _DAY
     past = attempts[(attempts["submitted_at"] >= window_start)
                     & (attempts["submitted_at"] < as_of)]
-    out = night_result(wm, past, cache["fleet"])
-    out["timings_s"] = {"load_s": load_s, **wm.timings,
-                        "night_s": time.perf_counter() - t0,
-                        "night_cpu_s": time.process_time() - cpu0}
-    out["worker"] = {"host": socket.gethostname(), "pid": os.getpid()}
+    night = replace(night_result(wm, past, cache["fleet"]),
+                    timings_s={"load_s": load_s, **wm.timings,
+                               "night_s": time.perf_counter() - t0,
+                               "night_cpu_s": time.process_time() - cpu0},
+                    worker={"host": socket.gethostname(), "pid": os.getpid()})
     if task.model_dir is not None:
         save_model(wm, Path(task.model_dir))
-    return out
+    return night.to_dict()
 
 
 def save_model(wm: WindowModel, directory: Path) -> None:
@@ -237,8 +275,8 @@ def save_model(wm: WindowModel, directory: Path) -> None:
         shutil.rmtree(staged, ignore_errors=True)  # another worker saved it first
 
 
-def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict[str, Any]:
-    """The JSON record of one night: accuracy blocks, oracle ceiling, lookup, error histogram.
+def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> Night:
+    """The record of one night: accuracy blocks, oracle ceiling, lookup, error histogram.
 
     Parameters
     ----------
@@ -267,18 +305,13 @@ def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> dict
         log_ratio = np.log10(pred / actual)
     log_ratio = log_ratio[np.isfinite(log_ratio)]
     counts, _ = np.histogram(np.clip(log_ratio, ERROR_EDGES[0], ERROR_EDGES[-1]), ERROR_EDGES)
-    return {
-        "format": FORMAT_VERSION,
-        "day": wm.as_of.date().isoformat(),
-        "window": wm.metrics["window"],
-        "train_rows": int(wm.metrics["train_rows"]),
-        "held_out": held,
-        "oracle_ceiling": ceiling,
-        "lookup": lookup_comparison(past, jobs, pred, wm.artifact.catalog).to_dict(),
-        "error_hist": {"log10_edges": ERROR_EDGES.tolist(), "counts": counts.tolist(),
-                       "clipped_low": int((log_ratio < ERROR_EDGES[0]).sum()),
-                       "clipped_high": int((log_ratio > ERROR_EDGES[-1]).sum())},
-    }
+    return Night(
+        format=FORMAT_VERSION, day=wm.as_of.date().isoformat(), window=wm.metrics["window"],
+        train_rows=int(wm.metrics["train_rows"]), held_out=held, oracle_ceiling=ceiling,
+        lookup=lookup_comparison(past, jobs, pred, wm.artifact.catalog),
+        error_hist=ErrorHistogram(log10_edges=ERROR_EDGES.tolist(), counts=counts.tolist(),
+                                  clipped_low=int((log_ratio < ERROR_EDGES[0]).sum()),
+                                  clipped_high=int((log_ratio > ERROR_EDGES[-1]).sum())))
 
 
 # The run --------------------------------------------------------------------------------------
@@ -312,7 +345,7 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def read_night(path: Path) -> dict[str, Any] | None:
+def read_night(path: Path) -> Night | None:
     """A finished night's record, or None when the file is absent, unreadable or stale.
 
     >>> read_night(Path("/nonexistent/night-2026-01-01.json")) is None
@@ -322,7 +355,12 @@ def read_night(path: Path) -> dict[str, Any] | None:
         rec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return rec if isinstance(rec, dict) and rec.get("format") == FORMAT_VERSION else None
+    if not isinstance(rec, dict) or rec.get("format") != FORMAT_VERSION:
+        return None
+    try:
+        return Night.from_dict(rec)
+    except (TypeError, KeyError, ValueError):  # a field missing or malformed: compute again
+        return None
 
 
 def run_backtest(store_path: Path, catalog: Catalog, cfg: TrainConfig, *, nights: int,
@@ -366,11 +404,11 @@ def run_backtest(store_path: Path, catalog: Catalog, cfg: TrainConfig, *, nights
     if not (run_dir / "settings.json").exists():
         write_json_atomic(run_dir / "settings.json", settings)
     wanted = [d.date().isoformat() for d in days]
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, Night] = {}
     for day in wanted:
-        rec = read_night(night_path(run_dir, day))
-        if rec is not None:
-            done[day] = rec
+        kept = read_night(night_path(run_dir, day))
+        if kept is not None:
+            done[day] = kept
     reused = sorted(done)
     todo = [d for d in wanted if d not in done]
     if progress:
@@ -384,17 +422,17 @@ def run_backtest(store_path: Path, catalog: Catalog, cfg: TrainConfig, *, nights
     computed: list[str] = []
     for i, rec in parallel.map(run_night, tasks):
         write_json_atomic(night_path(run_dir, todo[i]), rec)
-        done[todo[i]] = rec
+        night = done[todo[i]] = Night.from_dict(rec)
         computed.append(todo[i])
         if progress:
-            progress(len(done), len(wanted), rec)
+            progress(len(done), len(wanted), night)
     ordered = [done[d] for d in wanted]
     result = BacktestResult(run_dir=run_dir, settings=settings | {
         "nights": nights, "first_day": wanted[0], "last_day": wanted[-1],
         "backend": parallel.backend, "workers": parallel.workers},
         nights=ordered, computed=sorted(computed), reused=reused,
         wall_s=time.perf_counter() - t0)
-    result.summary = summarize(ordered)
+    result.summary = summarize([n.to_dict() for n in ordered])
     return result
 
 
@@ -439,7 +477,8 @@ def _get(rec: Mapping[str, Any], path: Iterable[str]) -> float:
 
 
 def summarize(nights: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Median, min, max and mean of each night figure (NaN nights skipped), and the paper's.
+    """Median, min, max and mean of each night figure (NaN nights skipped), and the paper's,
+    over night records as JSON (:meth:`Night.to_dict`; :data:`SUMMARY_FIELDS` are paths in it).
 
     Examples
     --------
@@ -456,10 +495,11 @@ def summarize(nights: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def comparable(night: Mapping[str, Any]) -> dict[str, Any]:
-    """A night's record without the fields that depend on where and when it ran.
+def comparable(night: Night | Mapping[str, Any]) -> dict[str, Any]:
+    """A night's record (or its JSON) without the fields that depend on where and when it ran.
 
     >>> comparable({"day": "2026-01-12", "timings_s": {"fit_s": 3.0}, "worker": {}})
     {'day': '2026-01-12'}
     """
-    return {k: v for k, v in night.items() if k not in RUN_FIELDS}
+    rec = night.to_dict() if isinstance(night, Night) else night
+    return {k: v for k, v in rec.items() if k not in RUN_FIELDS}

@@ -41,12 +41,12 @@ def plot_accuracy(backtest: BacktestResult, path: Path) -> None:
     """Accuracy per night (both weightings, seen/unseen families) with the oracle ceiling."""
     plt = _pyplot()
     nights = backtest.nights
-    days = [datetime.fromisoformat(n["day"]) for n in nights]
+    days = [datetime.fromisoformat(n.day) for n in nights]
 
     def series(*keys: str) -> np.ndarray:
         out = []
         for n in nights:
-            cur: Any = n
+            cur: Any = n.to_dict()
             for k in keys:
                 cur = cur.get(k) if isinstance(cur, Mapping) else None
             out.append(np.nan if cur is None else 100 * float(cur))
@@ -92,8 +92,8 @@ def plot_errors(backtest: BacktestResult, path: Path) -> None:
     """Distribution of predicted / measured throughput over all nights, ±20% shaded."""
     plt = _pyplot()
     nights = backtest.nights
-    edges = np.array(nights[0]["error_hist"]["log10_edges"])
-    counts = np.sum([n["error_hist"]["counts"] for n in nights], axis=0).astype(float)
+    edges = np.array(nights[0].error_hist.log10_edges)
+    counts = np.sum([n.error_hist.counts for n in nights], axis=0).astype(float)
     total = counts.sum()
     share = 100 * counts / total if total else counts
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)

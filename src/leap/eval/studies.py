@@ -346,15 +346,14 @@ def run_report(store: Store, backtest: BacktestResult, *, catalog: Catalog,
     last = backtest.nights[-1]
     notes = [f"backtest run directory: {backtest.run_dir} ({len(backtest.computed)} nights "
              f"computed now, {len(backtest.reused)} reused)"]
-    lookup = LookupComparison.from_dict(last["lookup"])
-    report = Report(backtest, LookupResult("the backtest's last night", lookup, last["day"]),
+    report = Report(backtest, LookupResult("the backtest's last night", last.lookup, last.day),
                     notes=notes, real_data=real_data)
     if is_simulated(store):
         oracle_fleet(store, strict=True)  # fails early, with its message, on a foreign simulator
         status("preparing the model of the held-out day (training if needed)")
-        day = datetime.fromisoformat(last["day"]).replace(tzinfo=UTC)
+        day = datetime.fromisoformat(last.day).replace(tzinfo=UTC)
         ed = eval_day(store, catalog, cfg, as_of=day, models_dir=models_dir, source="auto",
-                      saved=backtest.run_dir / f"model-{last['day']}")
+                      saved=backtest.run_dir / f"model-{last.day}")
         notes.append(f"ranking and impact studies: model {ed.source}")
         costs = study_costs(ed, catalog_path)
         report.ranking = ranking_day(ed, store, costs, sample=sample, seed=0, status=status)

@@ -148,11 +148,11 @@ def backtest_tables(bt: BacktestResult) -> list[Table]:
     tables.append(Table("backtest", f"backtest: {s['nights']} nights {span}",
                         ("figure", "median", "min", "max"), tuple(rows)))
     nights = tuple(
-        (n["day"], f"{int(n['held_out']['n']):,}", pct(n["held_out"]["accuracy"]),
-         pct(n["held_out"].get("accuracy_gpu_hours")), pct(n["held_out"]["median_ape"]),
-         pct((n.get("oracle_ceiling") or {}).get("accuracy")),
-         pct(n["held_out"]["seen_families"]["accuracy"]),
-         pct(n["held_out"]["unseen_families"]["accuracy"]))
+        (n.day, f"{int(n.held_out['n']):,}", pct(n.held_out["accuracy"]),
+         pct(n.held_out.get("accuracy_gpu_hours")), pct(n.held_out["median_ape"]),
+         pct((n.oracle_ceiling or {}).get("accuracy")),
+         pct(n.held_out["seen_families"]["accuracy"]),
+         pct(n.held_out["unseen_families"]["accuracy"]))
         for n in bt.nights)
     tables.append(Table("nights", "nights", ("day", "attempts", "±20%", "±20% GPU-h", "MdAPE",
                                              "ceiling", "seen fam.", "unseen fam."), nights))
