@@ -47,8 +47,12 @@ def test_held_out_type_is_scored_beside_seen(study: NewHardwareResult) -> None:
     rk = b.ranking
     assert rk is not None and rk.type_is_best is not None
     assert rk.n_sampled > 0 and 0 <= rk.type_is_best <= 1
-    for key in ("seen", "held_out"):
+    for key in ("seen", "held_out", "cheapest"):
         assert 0 <= rk.model(key)["mean_regret"] <= 1 and 0 <= rk.model(key)["picks_type"] <= 1
+    # The simple rule is scored on the jobs the first model ranked, so on the same rows.
+    assert rk.model("cheapest")["n"] == rk.model("seen")["n"]
+    (table, *_) = report_tables(new_hardware=study)
+    assert "regret cheapest" in table.columns and "top-1 cheapest" in table.columns
 
 
 def test_result_reads_back_to_the_same_json(study: NewHardwareResult) -> None:

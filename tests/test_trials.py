@@ -149,9 +149,14 @@ def test_check_compares_planned_and_random_of_the_same_size(study: TrialsResult)
     # land within 20% (the measure; on this small fleet the median error barely moves:
     # 0.329 -> 0.331, while the share within 20% goes 28% -> 41%).
     assert arm.planned.accuracy["accuracy"] > study.arms["0"].planned.accuracy["accuracy"]
+    # The simple rule ranks the same jobs as every arm.
+    assert study.cheapest is not None
+    assert study.cheapest["n"] == study.arms["0"].planned.ranking["n"]
     (table,) = [t for t in report_tables(trials=study) if t.key == "trials"]
     assert [r[:2] for r in table.rows] == [("0", "planned"), ("10", "planned"),
-                                           ("10", "random")]
+                                           ("10", "random"), ("any", "rule: cheapest type")]
+    text = json.dumps(study.to_dict())
+    assert json.dumps(TrialsResult.from_dict(json.loads(text)).to_dict()) == text
 
 
 # The CLI --------------------------------------------------------------------------------------

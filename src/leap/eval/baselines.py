@@ -346,6 +346,10 @@ def transfer_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.nd
 
 
 # Ranking baselines ----------------------------------------------------------------------------
+#: The name the rankings of :func:`cheapest_order` go by in study results.
+CHEAPEST = "cheapest"
+
+
 def cheapest_order(candidates: Sequence[str], costs: Catalog) -> list[str]:
     """Candidates by cost per device-hour, cheapest first (ties by name).
 

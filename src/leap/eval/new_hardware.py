@@ -28,6 +28,7 @@ import pandas as pd
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
 from leap.errors import CatalogError, ConfigError, ParamError, did_you_mean
+from leap.eval.baselines import CHEAPEST, cheapest_order
 from leap.eval.new_families import TrainSettings, score_block
 from leap.eval.oracle import oracle_fleet
 from leap.eval.rank_quality import order_quality, summarize_quality
@@ -49,8 +50,9 @@ Progress = Callable[[str], None]
 @dataclass(frozen=True)
 class TypeRanking(Record):
     """:func:`rank_on_type`: the jobs sampled, and per model (``seen``, ``held_out``,
-    ``leap`` ...) its :func:`~leap.eval.rank_quality.summarize_quality` figures with
-    ``coverage`` and ``picks_type``. In the JSON each model's block sits at the top level."""
+    ``leap`` ...) and of the cheapest-type rule (``cheapest``) its
+    :func:`~leap.eval.rank_quality.summarize_quality` figures with ``coverage`` and
+    ``picks_type``. In the JSON each model's block sits at the top level."""
 
     OMIT_NONE = frozenset({"n_eligible", "type_is_best"})
 
@@ -190,8 +192,10 @@ def rank_on_type(models: dict[str, WindowModel], fleet: Fleet, jobs: pd.DataFram
     ``hardware`` (and at least one other), against the oracle's true values.
 
     Returns per model the :func:`~leap.eval.rank_quality.summarize_quality` figures plus
-    ``picks_type`` (share of lists whose first type is ``hardware``); ``type_is_best`` is the
-    share of jobs whose best true value is on ``hardware``.
+    ``picks_type`` (share of lists whose first type is ``hardware``), and the same for the
+    simple rule "cheapest type per device-hour" under :data:`CHEAPEST`, on the jobs the
+    first model ranked; ``type_is_best`` is the share of jobs whose best true value is on
+    ``hardware``.
     """
     from leap.eval.ranking import (
         eligible_names,
@@ -223,17 +227,25 @@ def rank_on_type(models: dict[str, WindowModel], fleet: Fleet, jobs: pd.DataFram
     vals = policy_values(first, picked, truth, values)
     hours = device_hours(picked)
     type_is_best = float(np.mean([bool(v) and oracle_order(v)[0] == hardware for v in vals]))
+    def quality(orders: list[list[str]], ranked: np.ndarray) -> dict[str, float]:
+        per_job = [order_quality(orders[i], vals[i]) for i in np.flatnonzero(ranked)]
+        block = summarize_quality(per_job, hours[ranked])
+        block["coverage"] = float(ranked.mean())
+        block["picks_type"] = float(np.mean([orders[i][0] == hardware
+                                             for i in np.flatnonzero(ranked)])) \
+            if ranked.any() else math.nan
+        return block
+
     blocks: dict[str, dict[str, float]] = {}
+    first_ranked: np.ndarray | None = None
     for key, ranker in rankers.items():
         orders = [[r.hardware for r in res.ranking]
                   for res in leap_rankings(ranker, picked, cand)]
         ranked = np.array([len(o) > 0 for o in orders])
-        per_job = [order_quality(orders[i], vals[i]) for i in np.flatnonzero(ranked)]
-        block = summarize_quality(per_job, hours[ranked])
-        block["coverage"] = float(ranked.mean())
-        block["picks_type"] = float(np.mean([o[0] == hardware for o in orders if o])) \
-            if ranked.any() else math.nan
-        blocks[key] = block
+        first_ranked = ranked if first_ranked is None else first_ranked
+        blocks[key] = quality(orders, ranked)
+    assert first_ranked is not None
+    blocks[CHEAPEST] = quality([cheapest_order(c, costs) for c in cand], first_ranked)
     return TypeRanking(n_sampled=len(picked), n_eligible=len(pool), type_is_best=type_is_best,
                        models=blocks)
 

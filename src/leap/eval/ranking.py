@@ -44,6 +44,7 @@ from leap.data.schema import JOB_COLUMNS
 from leap.data.usage import device_hours, job_devices
 from leap.errors import DataError
 from leap.eval.baselines import (
+    CHEAPEST,
     cheapest_order,
     family_usage,
     fastest_peak_order,
@@ -81,7 +82,7 @@ if TYPE_CHECKING:
 
 #: Methods scored by :func:`ranking_study`, in report order.
 METHODS: tuple[str, ...] = ("leap", "leap_risk_neutral", "leap_risk_averse",
-                            "leap_no_premium_filter", "cheapest", "fastest_peak", "most_used",
+                            "leap_no_premium_filter", CHEAPEST, "fastest_peak", "most_used",
                             "random")
 #: Truths the methods are scored against: ``policy`` (the best true value among the types the
 #: ranker's premium rule keeps on the TRUE figures: what a user who set that rule asked for)
@@ -378,7 +379,7 @@ def ranking_study(ranker: Ranker, fleet: Fleet, jobs: pd.DataFrame, past: pd.Dat
         "leap_risk_neutral": [[r.hardware for r in res.ranking] for res in neutral],
         "leap_risk_averse": [[r.hardware for r in res.ranking] for res in averse],
         "leap_no_premium_filter": [[r.hardware for r in res.ranking] for res in plain],
-        "cheapest": [cheapest_order(c, costs) for c in cands],
+        CHEAPEST: [cheapest_order(c, costs) for c in cands],
         "fastest_peak": [fastest_peak_order(c, costs) for c in cands],
         "most_used": [most_used_order(c, usage.get(str(f), {}), costs)
                       for c, f in zip(cands, picked["family_id"], strict=True)],

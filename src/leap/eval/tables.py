@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from leap.eval.baselines import CHEAPEST
 from leap.features.encode import NOVELTY_GROUPS
 
 if TYPE_CHECKING:
@@ -272,17 +273,21 @@ def new_hardware_tables(nh: NewHardwareResult) -> list[Table]:
         rk = b.ranking
         seen_rk = rk.model("seen") if rk is not None else {}
         held_rk = rk.model("held_out") if rk is not None else {}
+        cheap_rk = rk.model(CHEAPEST) if rk is not None else {}
         type_is_best = rk.type_is_best if rk is not None else None
         rows.append((name, f"{int(b.n):,}", pct(_get(b.seen or {}, "accuracy")),
                      pct(_get(b.held_out or {}, "accuracy")), _num(b.drop_points, ".1f"),
                      f"{int(rk.n_sampled if rk is not None else 0):,}",
                      _num(_get(seen_rk, "mean_regret")), _num(_get(held_rk, "mean_regret")),
+                     _num(_get(cheap_rk, "mean_regret")), pct(_get(held_rk, "top1_agreement")),
+                     pct(_get(cheap_rk, "top1_agreement")),
                      pct(_get(seen_rk, "picks_type")), pct(_get(held_rk, "picks_type")),
                      pct(math.nan if type_is_best is None else type_is_best)))
     tables = [Table("new_hardware", f"types held out of training, scored on "
                     f"{nh.day} beside the same type seen",
                     ("type", "attempts", "±20% seen", "±20% held out", "drop (points)",
-                     "jobs ranked", "regret seen", "regret held out", "picked (seen)",
+                     "jobs ranked", "regret seen", "regret held out", "regret cheapest",
+                     "top-1 held out", "top-1 cheapest", "picked (seen)",
                      "picked (held out)", "truly best"), tuple(rows))]
     curve = nh.curve
     if curve is not None and curve.nights:
@@ -307,8 +312,17 @@ def trials_table(tr: TrialsResult) -> Table:
     return Table("trials", f"trials on the {kind} type {tr.hardware}: planned against "
                  f"random trials of the same number and cost, scored on {tr.day}",
                  ("trials", "choice", "cost ($)", "succeeded", "model types", "±20% on the type",
-                  "median |log ratio|", "mean regret", "top-1"), _trials_rows(tr.arms),
-                 labels=2)
+                  "median |log ratio|", "mean regret", "top-1"),
+                 _trials_rows(tr.arms) + _cheapest_row(tr.cheapest), labels=2)
+
+
+def _cheapest_row(block: Mapping[str, float] | None) -> tuple[tuple[str, ...], ...]:
+    """The cheapest-type rule's ranking figures as a row of :func:`trials_table` (none for
+    results saved without them)."""
+    if not block:
+        return ()
+    return (("any", "rule: cheapest type", "", "", "", "", "",
+             _num(_get(block, "mean_regret")), pct(_get(block, "top1_agreement"))),)
 
 
 def _trials_rows(arms: Mapping[str, TrialArms]) -> tuple[tuple[str, ...], ...]:

@@ -41,8 +41,9 @@ import pandas as pd
 from leap.catalog import Catalog
 from leap.data.usage import device_hours, job_devices
 from leap.errors import ConfigError, ParamError
+from leap.eval.baselines import CHEAPEST
 from leap.eval.new_families import TrainSettings, score_block
-from leap.eval.new_hardware import check_hardware, rank_on_type
+from leap.eval.new_hardware import TypeRanking, check_hardware, rank_on_type
 from leap.eval.oracle import oracle_fleet
 from leap.eval.records import Record
 from leap.model.train import train_window
@@ -425,8 +426,11 @@ class TrialArms(Record):
 
 @dataclass(frozen=True)
 class TrialsResult(Record):
-    """:func:`trials_study`: per number of trials (``"0"``, ``"5"`` ...) its arms, and the
-    plan for the largest number."""
+    """:func:`trials_study`: per number of trials (``"0"``, ``"5"`` ...) its arms, the plan
+    for the largest number, and ``cheapest``: the cheapest-type rule's ranking figures on the
+    same jobs (absent in results saved before it was added)."""
+
+    OMIT_NONE = frozenset({"cheapest"})
 
     day: str
     hardware: str
@@ -441,6 +445,7 @@ class TrialsResult(Record):
     wall_s: float
     train_config: TrainSettings
     definitions: dict[str, str]
+    cheapest: dict[str, float] | None = None
 
 
 def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None, *,
@@ -515,10 +520,10 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
         .reset_index(drop=True)
     at = day - _DAY / 2  # the trials run on the last day of the window
 
-    def score(model: Any) -> tuple[dict[str, float], dict[str, float]]:
+    def score(model: Any) -> tuple[dict[str, float], TypeRanking]:
         accuracy = score_block(model.artifact.predict(jobs_h), jobs_h) if len(jobs_h) else {}
         return accuracy, rank_on_type({"leap": model}, fleet, day_rows, hardware, costs,
-                                      sample=sample, seed=seed).model("leap")
+                                      sample=sample, seed=seed)
 
     def run(chosen: pd.DataFrame, tag: str) -> tuple[TrialArm, pd.DataFrame]:
         rng = np.random.default_rng([seed, len(chosen), 0 if tag == "planned" else 1])
@@ -532,15 +537,16 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
         arm = TrialArm(trials=len(chosen), succeeded=int((rows["status"] == "succeeded").sum()),
                        cost=float(chosen["estimated_cost"].sum()),
                        model_types=int(chosen["model_type"].nunique()), accuracy=accuracy,
-                       ranking=ranking)
+                       ranking=ranking.model("leap"))
         return arm, rows
 
+    # The rule does not depend on the model: the jobs are the same for every arm.
+    base_accuracy, base_ranking = score(base)
     arms: dict[str, TrialArms] = {}
     for n in budgets:
         if n == 0:
-            accuracy, ranking = score(base)
-            arms["0"] = TrialArms(TrialArm(trials=0, cost=0.0, accuracy=accuracy,
-                                           ranking=ranking))
+            arms["0"] = TrialArms(TrialArm(trials=0, cost=0.0, accuracy=base_accuracy,
+                                           ranking=base_ranking.model("leap")))
             continue
         chosen = plan.rows.head(n)
         say(f"{n} planned trials: measure, retrain")
@@ -565,5 +571,8 @@ def trials_study(store: Store, catalog: Catalog, cfg: TrainConfig | None = None,
             "accuracy": "share of the type's succeeded attempts of the held-out day within "
                         "±20%, by the model retrained with the trials in its history",
             "ranking": "jobs of the day that could run on the type, ranked against the oracle",
+            "cheapest": "the same jobs ranked by the simple rule: cheapest type per "
+                        "device-hour first",
         },
+        cheapest=base_ranking.model(CHEAPEST),
     )
