@@ -25,6 +25,7 @@ from leap.eval.real_data import (
     CELL_KEY,
     EVAL_DAY,
     LEAP,
+    LEAP_NO_ARCHITECTURE,
     PROTOCOLS,
     TARGET,
     AttemptsPredictor,
@@ -37,6 +38,7 @@ from leap.eval.real_data import (
     RowPredictor,
     SpecRatio,
     baseline_predictors,
+    default_predictors,
     flat_results,
     html_section,
     make_splits,
@@ -278,6 +280,26 @@ def test_attempts_predictor_hands_over_attempt_tables(clean: pd.DataFrame,
                         protocols=["unseen_hardware"])
     assert len(calls) == 3 and sum(n for _, n in calls) == len(df)
     assert out.results["gavel"]["unseen_hardware"][LEAP]["n"] == len(df)
+
+
+def test_learned_predictor_without_architecture_sees_blank_summaries(
+        clean: pd.DataFrame, catalog: Catalog) -> None:
+    seen: dict[bool, tuple[int, int]] = {}
+
+    def fit_predict(train: pa.Table, test: pa.Table, cat: Catalog) -> np.ndarray:
+        filled = train.num_rows - train.column("flops_per_sample").null_count
+        seen[filled > 0] = (filled, train.num_rows - train.column("num_params").null_count)
+        return np.full(test.num_rows, 1.0)
+
+    df = clean[clean["source"] == "lambda_tensorflow"].reset_index(drop=True)
+    split = make_splits(df, "unseen_hardware")[0]
+    train, test = df.iloc[split.train], df.iloc[split.test]
+    AttemptsPredictor(fit_predict)(train, test, catalog)
+    AttemptsPredictor(fit_predict, architecture=False)(train, test, catalog)
+    # Every Lambda TensorFlow model has published FLOPs; blanked, none is left.
+    assert seen[True][0] > 0 and seen[False] == (0, 0)
+    assert LEAP_NO_ARCHITECTURE in default_predictors(without_architecture=True)
+    assert LEAP_NO_ARCHITECTURE not in default_predictors()
 
 
 def _oracle(rows: pd.DataFrame) -> FitPredict:

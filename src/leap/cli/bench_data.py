@@ -113,15 +113,17 @@ def import_benchmarks(
         err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
-def evaluate_real_data(*, workers: int | None, quiet: bool, **options: Any) -> RealDataResult:
+def evaluate_real_data(*, workers: int | None, quiet: bool, without_architecture: bool = False,
+                       **options: Any) -> RealDataResult:
     """:func:`leap.eval.real_data.run_real_data` on the packaged data, with a progress bar.
 
     ``workers`` processes run the folds (default: one per CPU: the learned predictor's fits
-    are small and mostly single-threaded); ``options`` go to ``run_real_data``.
+    are small and mostly single-threaded); ``without_architecture`` also scores the learned
+    predictor with the architecture summaries blanked; ``options`` go to ``run_real_data``.
     """
     from leap.datasets import load_throughput
     from leap.eval.parallel import Parallel, default_workers
-    from leap.eval.real_data import run_real_data
+    from leap.eval.real_data import default_predictors, run_real_data
 
     par = Parallel(workers=workers if workers is not None else default_workers(1))
     with Progress(TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
@@ -132,7 +134,9 @@ def evaluate_real_data(*, workers: int | None, quiet: bool, **options: Any) -> R
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=label)
 
-        return run_real_data(load_throughput(), parallel=par, progress=progress, **options)
+        return run_real_data(load_throughput(), parallel=par, progress=progress,
+                             predictors=default_predictors(
+                                 without_architecture=without_architecture), **options)
 
 
 @experiment_app.command("real-data", epilog=(
@@ -158,6 +162,10 @@ def real_data(
         None, "--workers", min=1, help="Processes for the folds (default: one per CPU; "
         "the learned predictor's fits are small and mostly single-threaded).",
         show_default=False),
+    without_architecture: bool = typer.Option(
+        False, "--without-architecture", help="Also score leap with the rows' architecture "
+        "summaries (parameters, FLOPs per sample ...) left blank, as the sources publish "
+        "them: what the filled-in architectures change. Doubles leap's time."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Score the predictor and its baselines on public measured throughput, per source.
@@ -173,7 +181,9 @@ def real_data(
 
     ws = workspace(ctx)
     target = out if out is not None else ws.work_dir / "reports"
-    result = evaluate_real_data(workers=workers, quiet=as_json, sources=source or None,
+    result = evaluate_real_data(workers=workers, quiet=as_json,
+                                without_architecture=without_architecture,
+                                sources=source or None,
                                 protocols=protocol or PROTOCOLS, n_folds=folds, seed=seed,
                                 include_flagged=include_flagged)
     target.mkdir(parents=True, exist_ok=True)

@@ -92,6 +92,8 @@ from leap.eval.report import real_data_section
 AttemptsFitPredict = Callable[[pa.Table, pa.Table, Catalog], np.ndarray]
 #: The name the learned predictor is registered under.
 LEAP = "leap"
+#: The learned predictor with the rows' architecture summaries left blank.
+LEAP_NO_ARCHITECTURE = "leap_no_architecture"
 
 __all__ = [
     "CELL_KEY",
@@ -99,6 +101,7 @@ __all__ = [
     "EVAL_DAY",
     "EVAL_HISTORY_DAYS",
     "LEAP",
+    "LEAP_NO_ARCHITECTURE",
     "NEWEST_MIN_TYPES",
     "PROTOCOLS",
     "TARGET",
@@ -156,17 +159,20 @@ class AttemptsPredictor(RowPredictor):
     deterministic). Nightly-style training that builds each row's history as of its own day
     then sees a growing share of the others, as in production; the test attempts sit at
     :data:`EVAL_DAY`, where a snapshot sees every training row and no test row. ``fn``
-    returns whole-job samples/s per test attempt.
+    returns whole-job samples/s per test attempt. With ``architecture`` False the rows'
+    architecture summaries (parameters, FLOPs per sample ...) are left blank, as the sources
+    publish them (:func:`leap.datasets.to_attempts`).
 
     A module-level ``fn`` makes the predictor picklable, so its folds can run on worker
     processes (``workers`` of :func:`run_real_data`).
     """
 
     fn: AttemptsFitPredict
+    architecture: bool = True
 
     def _predict(self, train: pd.DataFrame, test: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-        tr = to_attempts(train)
-        te = to_attempts(without_outcome(test))
+        tr = to_attempts(train, architecture=self.architecture)
+        te = to_attempts(without_outcome(test), architecture=self.architecture)
         col = tr.schema.get_field_index("submitted_at")
         kind = tr.schema.field("submitted_at").type
         stamps = tr.column("submitted_at").to_pandas()
@@ -202,20 +208,27 @@ def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) ->
     return wm.artifact.predict(test.to_pandas())
 
 
-def learned_predictor() -> FitPredict | None:
+def learned_predictor(*, architecture: bool = True) -> FitPredict | None:
     """The learned LEAP predictor as a :data:`FitPredict` (see :func:`leap_train_and_predict`).
 
-    ``leap experiment real-data`` adds it to the baselines under the name :data:`LEAP`.
+    ``leap experiment real-data`` adds it to the baselines under the name :data:`LEAP`, and
+    with ``architecture`` False under :data:`LEAP_NO_ARCHITECTURE`.
     """
-    return AttemptsPredictor(leap_train_and_predict)
+    return AttemptsPredictor(leap_train_and_predict, architecture=architecture)
 
 
-def default_predictors() -> dict[str, FitPredict]:
-    """The baselines plus the learned predictor when :func:`learned_predictor` provides one."""
+def default_predictors(*, without_architecture: bool = False) -> dict[str, FitPredict]:
+    """The baselines plus the learned predictor when :func:`learned_predictor` provides one;
+    with ``without_architecture`` also the learned predictor on rows whose architecture
+    summaries are blank (what the filled-in public architectures change)."""
     preds = baseline_predictors()
     leap = learned_predictor()
     if leap is not None:
         preds[LEAP] = leap
+        if without_architecture:
+            blank = learned_predictor(architecture=False)
+            assert blank is not None
+            preds[LEAP_NO_ARCHITECTURE] = blank
     return preds
 
 
