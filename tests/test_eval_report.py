@@ -136,3 +136,27 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         assert result.exit_code == 1
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_a_table_too_wide_for_the_terminal_is_printed_turned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    import leap.cli as cli
+    from leap.eval.tables import Table
+
+    cols = ("type", *(f"figure number {i}" for i in range(12)))
+    wide = Table("wide", "a wide table", cols,
+                 (("B200", *(f"{i}.0%" for i in range(12))),
+                  ("MI300X", *(f"{i}.5%" for i in range(12)))))
+    narrow = Table("narrow", "a narrow table", ("type", "n"), (("B200", "3"),))
+    out = Console(width=80, record=True, force_terminal=False)
+    monkeypatch.setattr(cli, "console", out)
+    cli.print_tables([wide, narrow])
+    lines = out.export_text().splitlines()
+    # Turned: one line per figure, the rows' labels as the header; nothing cut short.
+    assert any("B200" in ln and "MI300X" in ln for ln in lines)
+    assert sum("figure number" in ln for ln in lines) == 12
+    assert not any("…" in ln for ln in lines)
+    # A table that fits keeps its shape.
+    assert any("type" in ln and ln.rstrip().endswith("n ┃") for ln in lines)

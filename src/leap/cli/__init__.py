@@ -117,7 +117,12 @@ def guarded(fn: F) -> F:
 
 
 def print_tables(tables: Iterable[Table]) -> None:
-    """Print :mod:`leap.eval.tables` tables: label columns left, figures right."""
+    """Print :mod:`leap.eval.tables` tables: label columns left, figures right.
+
+    A table too wide for the terminal whose rows fit as columns is printed turned: one
+    column per row (headed by its labels), one line per figure.
+    """
+    from rich.measure import Measurement
     from rich.table import Table as RichTable
 
     for t in tables:
@@ -127,7 +132,25 @@ def print_tables(tables: Iterable[Table]) -> None:
                              no_wrap=i < t.labels)
         for row in t.rows:
             table.add_row(*row)
+        unbounded = console.options.update_width(1 << 16)
+        if Measurement.get(console, unbounded, table).maximum > console.width:
+            turned = _turned(t)
+            if Measurement.get(console, unbounded, turned).maximum <= console.width:
+                table = turned
         console.print(table)
+
+
+def _turned(t: Table) -> Any:
+    """``t`` with rows and columns swapped (see :func:`print_tables`)."""
+    from rich.table import Table as RichTable
+
+    turned = RichTable(title=t.title, title_justify="left")
+    turned.add_column("", no_wrap=True)
+    for row in t.rows:
+        turned.add_column(" ".join(c for c in row[:t.labels] if c), justify="right")
+    for j in range(t.labels, len(t.columns)):
+        turned.add_row(t.columns[j], *(row[j] for row in t.rows))
+    return turned
 
 
 def print_json(obj: Any) -> None:
