@@ -340,11 +340,13 @@ def test_results_json_report_and_verdicts(clean: pd.DataFrame) -> None:
 def test_reference_and_ranking_checks_score_the_learned_predictor(catalog: Catalog) -> None:
     df = load_throughput()
     oracle = _oracle(reference_rows(df))
-    out = run_real_data(df, predictors={LEAP: oracle}, sources=["lambda_pytorch"],
-                        protocols=["unseen_model"])
+    out = run_real_data(df, predictors={LEAP: oracle, LEAP_NO_ARCHITECTURE: oracle},
+                        sources=["lambda_pytorch"], protocols=["unseen_model"])
     ref = out.reference_check
     assert ref is not None and out.ranking_check is not None
     assert ref.methods[LEAP]["accuracy_within_20pct"] == 1.0
+    # Leap without its architecture columns is scored on the reference rows too.
+    assert ref.matched_geomean[LEAP_NO_ARCHITECTURE] == ref.matched_geomean[LEAP]
     assert ref.matched_geomean[LEAP]["n"] == ref.methods["spec_ratio_geomean"]["n_covered"]
     # In the JSON the learned predictor's matched score sits inside its own.
     saved = ref.to_dict()

@@ -319,7 +319,7 @@ def run_real_data(df: pd.DataFrame, *, predictors: Mapping[str, FitPredict] | No
                      for s in used}),
         settings=out.settings, results=out.results)
     if "lambda_pytorch" in used:
-        learned = {LEAP: preds[LEAP]} if LEAP in preds else None
+        learned = {m: preds[m] for m in (LEAP, LEAP_NO_ARCHITECTURE) if m in preds} or None
         # The lookup table and linear scaling never predict an unseen single-GPU type.
         ranked = {m: p for m, p in preds.items() if m not in ("lookup", "linear_scaling")}
         # Both checks hold each type out of the same rows: fit each method once for both.
