@@ -227,6 +227,7 @@ def rank_on_type(models: dict[str, WindowModel], fleet: Fleet, jobs: pd.DataFram
     vals = policy_values(first, picked, truth, values)
     hours = device_hours(picked)
     type_is_best = float(np.mean([bool(v) and oracle_order(v)[0] == hardware for v in vals]))
+
     def quality(orders: list[list[str]], ranked: np.ndarray) -> dict[str, float]:
         per_job = [order_quality(orders[i], vals[i]) for i in np.flatnonzero(ranked)]
         block = summarize_quality(per_job, hours[ranked])
