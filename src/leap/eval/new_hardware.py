@@ -237,16 +237,14 @@ def rank_on_type(models: dict[str, WindowModel], fleet: Fleet, jobs: pd.DataFram
             if ranked.any() else math.nan
         return block
 
-    blocks: dict[str, dict[str, float]] = {}
-    first_ranked: np.ndarray | None = None
-    for key, ranker in rankers.items():
-        orders = [[r.hardware for r in res.ranking]
-                  for res in leap_rankings(ranker, picked, cand)]
-        ranked = np.array([len(o) > 0 for o in orders])
-        first_ranked = ranked if first_ranked is None else first_ranked
-        blocks[key] = quality(orders, ranked)
-    assert first_ranked is not None
-    blocks[CHEAPEST] = quality([cheapest_order(c, costs) for c in cand], first_ranked)
+    orders = {key: [[r.hardware for r in res.ranking]
+                    for res in leap_rankings(ranker, picked, cand)]
+              for key, ranker in rankers.items()}
+    ranked = {key: np.array([len(o) > 0 for o in lists]) for key, lists in orders.items()}
+    blocks = {key: quality(orders[key], ranked[key]) for key in orders}
+    # The rule on the jobs the first model ranked: the same rows as that model's figures.
+    blocks[CHEAPEST] = quality([cheapest_order(c, costs) for c in cand],
+                               next(iter(ranked.values())))
     return TypeRanking(n_sampled=len(picked), n_eligible=len(pool), type_is_best=type_is_best,
                        models=blocks)
 

@@ -208,27 +208,25 @@ def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) ->
     return wm.artifact.predict(test.to_pandas())
 
 
-def learned_predictor(*, architecture: bool = True) -> FitPredict | None:
+def learned_predictor() -> FitPredict | None:
     """The learned LEAP predictor as a :data:`FitPredict` (see :func:`leap_train_and_predict`).
 
-    ``leap experiment real-data`` adds it to the baselines under the name :data:`LEAP`, and
-    with ``architecture`` False under :data:`LEAP_NO_ARCHITECTURE`.
+    ``leap experiment real-data`` adds it to the baselines under the name :data:`LEAP`.
     """
-    return AttemptsPredictor(leap_train_and_predict, architecture=architecture)
+    return AttemptsPredictor(leap_train_and_predict)
 
 
 def default_predictors(*, without_architecture: bool = False) -> dict[str, FitPredict]:
     """The baselines plus the learned predictor when :func:`learned_predictor` provides one;
-    with ``without_architecture`` also the learned predictor on rows whose architecture
-    summaries are blank (what the filled-in public architectures change)."""
+    with ``without_architecture`` also leap trained on rows whose architecture summaries are
+    blank, as :data:`LEAP_NO_ARCHITECTURE` (what the filled-in public architectures change)."""
     preds = baseline_predictors()
     leap = learned_predictor()
     if leap is not None:
         preds[LEAP] = leap
         if without_architecture:
-            blank = learned_predictor(architecture=False)
-            assert blank is not None
-            preds[LEAP_NO_ARCHITECTURE] = blank
+            preds[LEAP_NO_ARCHITECTURE] = AttemptsPredictor(leap_train_and_predict,
+                                                            architecture=False)
     return preds
 
 
