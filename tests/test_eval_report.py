@@ -101,8 +101,8 @@ def test_report_includes_a_real_data_result(report_dir: Path, tmp_path: Path) ->
         "settings": ProtocolSettings(10, 0, ["unseen_hardware"], ["lookup"], ["gavel"],
                                      "x").to_dict(),
         "results": {"gavel": {"unseen_hardware": {"lookup": {
-            "n": 3, "coverage": 0.0, "accuracy_within_20pct": float("nan"),
-            "median_ape": float("nan")}}}}})
+            "n": 3, "n_covered": 0, "coverage": 0.0, "accuracy_within_20pct": float("nan"),
+            "accuracy_within_20pct_all": 0.0, "median_ape": float("nan"), "folds": 3}}}}})
     page = write_report(tmp_path, lookup=LookupResult.from_dict(data["lookup"]),
                         real_data=real)
     assert 'id="real-data"' in page.read_text() and "gavel  (3 rows)" in page.read_text()

@@ -29,9 +29,9 @@ from leap.eval.real_data import (
     PROTOCOLS,
     TARGET,
     AttemptsPredictor,
+    BenchmarkLookup,
     FitPredict,
     LinearScaling,
-    LookupTable,
     NearestNeighbors,
     RealDataResult,
     ReferenceCheck,
@@ -130,7 +130,7 @@ def test_predictors_never_see_the_outcome_or_a_held_out_cell(clean: pd.DataFrame
     out = run_protocols(df, {"spy": spy}, protocols=["held_out_cells"], catalog=catalog,
                         n_folds=4)
     assert sum(seen) == len(df) and len(seen) == 8
-    assert out.results["gavel"]["held_out_cells"]["spy"]["coverage"] == 1.0
+    assert out.results["gavel"]["held_out_cells"]["spy"].coverage == 1.0
     assert out.settings.protocols == ["held_out_cells"] and out.settings.n_folds == 4
 
 
@@ -148,7 +148,7 @@ def test_folds_on_worker_processes_match_the_serial_run(clean: pd.DataFrame,
                              **kwargs)
     assert parallel.results == serial.results
     assert calls[-1][0] == calls[-1][1] == 2 * serial.results["gavel"]["unseen_model"][
-        "knn"]["folds"]
+        "knn"].folds
 
 
 def test_a_predictor_of_the_wrong_length_is_refused(clean: pd.DataFrame,
@@ -165,8 +165,8 @@ def test_a_predictor_of_the_wrong_length_is_refused(clean: pd.DataFrame,
 def _rows(*rows: tuple[str, int, int, float]) -> pd.DataFrame:
     """(hardware, num_devices, batch_size, throughput) rows of one configuration."""
     return pd.DataFrame({
-        "source": "s", "table": "t", "model": "m", "precision": "fp16",
-        "hardware": [r[0] for r in rows],
+        "source": "gavel", "table": "osdi20", "model": "m", "precision": "fp16",
+        "num_nodes": 1, "hardware": [r[0] for r in rows],
         "num_devices": np.array([r[1] for r in rows], dtype=np.int64),
         "batch_size": pd.array([r[2] for r in rows], dtype="Int64"),
         TARGET: [r[3] for r in rows],
@@ -176,8 +176,11 @@ def _rows(*rows: tuple[str, int, int, float]) -> pd.DataFrame:
 def test_lookup_table_hits_only_the_exact_key(catalog: Catalog) -> None:
     train = _rows(("T4", 1, 32, 100.0), ("T4", 1, 32, 120.0), ("T4", 2, 32, 190.0))
     test = _rows(("T4", 1, 32, 0.0), ("T4", 1, 64, 0.0), ("A10", 1, 32, 0.0))
-    pred = LookupTable()(train, test.drop(columns=[TARGET]), catalog)
+    pred = BenchmarkLookup()(train, test.drop(columns=[TARGET]), catalog)
     assert pred[0] == 110.0 and np.isnan(pred[1:]).all()
+    # Two devices on one host and on two hosts are different configurations.
+    two_hosts = _rows(("T4", 2, 32, 0.0)).assign(num_nodes=2)
+    assert np.isnan(BenchmarkLookup()(train, two_hosts.drop(columns=[TARGET]), catalog)).all()
 
 
 def test_spec_ratio_scales_by_the_published_ratio(catalog: Catalog) -> None:
@@ -245,8 +248,8 @@ def test_linear_scaling_multiplies_the_single_device_rate(catalog: Catalog) -> N
 def test_reference_check_reproduces_the_published_spec_ratio_figures(catalog: Catalog) -> None:
     ref = reference_check(load_throughput(), catalog)
     for name, expected in ref.expected.items():
-        assert ref.methods[name]["accuracy_within_20pct"] == pytest.approx(expected, abs=0.015)
-    assert ref.methods["spec_ratio_geomean"]["median_ape"] == pytest.approx(0.11, abs=0.01)
+        assert ref.methods[name].accuracy_within_20pct == pytest.approx(expected, abs=0.015)
+    assert ref.methods["spec_ratio_geomean"].median_ape == pytest.approx(0.11, abs=0.01)
     # Predictions shared with the ranking check must not replace the reference variants,
     # even where a baseline has the same name (the baselines match batch sizes).
     df = load_throughput()
@@ -279,7 +282,7 @@ def test_attempts_predictor_hands_over_attempt_tables(clean: pd.DataFrame,
     out = run_protocols(df, {LEAP: AttemptsPredictor(fit_predict)}, catalog=catalog,
                         protocols=["unseen_hardware"])
     assert len(calls) == 3 and sum(n for _, n in calls) == len(df)
-    assert out.results["gavel"]["unseen_hardware"][LEAP]["n"] == len(df)
+    assert out.results["gavel"]["unseen_hardware"][LEAP].n == len(df)
 
 
 def test_learned_predictor_without_architecture_sees_blank_summaries(
@@ -323,9 +326,7 @@ def test_results_json_report_and_verdicts(clean: pd.DataFrame) -> None:
     assert json.dumps(RealDataResult.from_dict(saved).to_dict()) == json.dumps(saved)
     cell = out.results["gavel"]["unseen_hardware"]
     assert set(cell) == set(preds)
-    assert cell[LEAP]["accuracy_within_20pct"] == 1.0 and cell["lookup"]["coverage"] == 0.0
-    for r in cell.values():
-        assert set(r) >= {"accuracy_within_20pct", "median_ape", "n", "coverage"}
+    assert cell[LEAP].accuracy_within_20pct == 1.0 and cell["lookup"].coverage == 0.0
     assert out.verdicts and "beats" in out.verdicts[0]
     assert verdicts(replace(out, results={"gavel": {"x": {"knn": cell["knn"]}}})) == []
     assert len(flat_results(out)) == len(preds)
@@ -344,26 +345,26 @@ def test_reference_and_ranking_checks_score_the_learned_predictor(catalog: Catal
                         sources=["lambda_pytorch"], protocols=["unseen_model"])
     ref = out.reference_check
     assert ref is not None and out.ranking_check is not None
-    assert ref.methods[LEAP]["accuracy_within_20pct"] == 1.0
+    assert ref.methods[LEAP].accuracy_within_20pct == 1.0
     # Leap without its architecture columns is scored on the reference rows too.
     assert ref.matched_geomean[LEAP_NO_ARCHITECTURE] == ref.matched_geomean[LEAP]
-    assert ref.matched_geomean[LEAP]["n"] == ref.methods["spec_ratio_geomean"]["n_covered"]
+    assert ref.matched_geomean[LEAP].n == ref.methods["spec_ratio_geomean"].n_covered
     # In the JSON the learned predictor's matched score sits inside its own.
     saved = ref.to_dict()
-    assert saved[LEAP]["matched_geomean"]["n"] == ref.matched_geomean[LEAP]["n"]
+    assert saved[LEAP]["matched_geomean"]["n"] == ref.matched_geomean[LEAP].n
     assert json.dumps(ReferenceCheck.from_dict(saved).to_dict()) == json.dumps(saved)
     rank = out.ranking_check
     assert rank.configurations > 40
-    assert rank.methods[LEAP]["top1_agreement"] == 1.0
-    assert rank.methods[LEAP]["mean_regret"] == 0.0
+    assert rank.methods[LEAP].top1_agreement == 1.0
+    assert rank.methods[LEAP].mean_regret == 0.0
     cheap = rank.methods["cheapest_type"]
-    assert 0.0 < cheap["top1_agreement"] < 1.0 and cheap["mean_regret"] > 0.0
+    assert 0.0 < cheap.top1_agreement < 1.0 and cheap.mean_regret > 0.0
     assert any(v.startswith("reference protocol") and "beats" in v for v in out.verdicts)
     # A result saved under the ranking check's older metric name reads as the current one.
     old = out.to_dict()
     old["ranking_check"] = {**rank.to_dict(), "methods": {
         m: {("mean_value_regret" if k == "mean_regret" else k): v for k, v in r.items()}
-        for m, r in rank.methods.items()}}
+        for m, r in rank.to_dict()["methods"].items()}}
     renamed = RealDataResult.from_dict(old).ranking_check
     assert renamed is not None and json.dumps(renamed.to_dict()) == json.dumps(rank.to_dict())
     assert "Ranking on public prices" in html_section(out)

@@ -350,16 +350,21 @@ def transfer_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.nd
 CHEAPEST = "cheapest"
 
 
-def cheapest_order(candidates: Sequence[str], costs: Catalog) -> list[str]:
-    """Candidates by cost per device-hour, cheapest first (ties by name).
+def cheapest_order(candidates: Sequence[str], costs: Catalog | Mapping[str, float]) -> list[str]:
+    """Candidates by cost per device-hour, cheapest first (ties by name): the cheapest-type
+    rule of every study. ``costs``: a catalog, or a price per device-hour by type name.
 
     Examples
     --------
     >>> cat = Catalog.default()
     >>> cheapest_order(["H100-SXM", "T4", "L4"], cat)[0]
     'L4'
+    >>> cheapest_order(["B", "A", "C"], {"A": 2.0, "B": 1.0, "C": 1.0})
+    ['B', 'C', 'A']
     """
-    return sorted(candidates, key=lambda n: (costs[n].cost_per_device_hour, n))
+    if isinstance(costs, Catalog):
+        return sorted(candidates, key=lambda n: (costs[n].cost_per_device_hour, n))
+    return sorted(candidates, key=lambda n: (costs[n], n))
 
 
 def fastest_peak_order(candidates: Sequence[str], costs: Catalog) -> list[str]:

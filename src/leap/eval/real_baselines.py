@@ -1,5 +1,5 @@
-"""The real-data baselines: lookup table, peak-spec scaling, k-NN, linear scaling and the
-cheapest type, each a :data:`~leap.eval.real_splits.FitPredict` on benchmark rows."""
+"""The real-data baselines: lookup table, peak-spec scaling, k-NN and linear scaling, each a
+:data:`~leap.eval.real_splits.FitPredict` on benchmark rows."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.datasets import load_hardware_specs
+from leap.datasets import load_hardware_specs, to_attempts
 from leap.errors import ConfigError, did_you_mean
+from leap.eval.baselines import LOOKUP_KEY, LookupTable
 from leap.eval.real_splits import CONFIG_KEY, TARGET, FitPredict, RowPredictor, without_outcome
 
 
@@ -66,19 +67,21 @@ def median_by_code(train_codes: np.ndarray, values: np.ndarray,
     return med.reindex(test_codes).to_numpy(dtype=float)
 
 
-class LookupTable(RowPredictor):
-    """The previous system: median measured throughput of the exact configuration on the type.
+class BenchmarkLookup(RowPredictor):
+    """The previous system on benchmark rows: :class:`leap.eval.baselines.LookupTable` (the
+    one lookup table) over the rows' attempts (:func:`leap.datasets.to_attempts`).
 
-    The key is (source, table, model, precision, hardware, num_devices, batch_size); a test
-    row whose key never appears in training has no estimate.
+    Its key is the attempt key plus ``devices_per_trainer``, which a benchmark family varies:
+    together the same configuration as a row's (source, table, model, precision, hardware,
+    num_devices, batch_size). A test row whose key never appears in training has no estimate.
     """
 
-    KEY: tuple[str, ...] = ("source", "table", "model", "precision", "hardware", "num_devices",
-                            "batch_size")
+    KEY: tuple[str, ...] = (*LOOKUP_KEY, "devices_per_trainer")
 
     def _predict(self, train: pd.DataFrame, test: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-        ctr, cte = joint_codes(train, test, self.KEY)
-        return median_by_code(ctr, train[TARGET].to_numpy(float), cte)
+        past = to_attempts(train, architecture=False).to_pandas()
+        jobs = to_attempts(test, architecture=False).to_pandas()
+        return LookupTable(keys=self.KEY).fit(past).predict(jobs)
 
 
 class SpecRatio(RowPredictor):
@@ -290,7 +293,7 @@ class LinearScaling(RowPredictor):
 def baseline_predictors() -> dict[str, FitPredict]:
     """Every baseline, by the name results use."""
     return {
-        "lookup": LookupTable(),
+        "lookup": BenchmarkLookup(),
         "spec_ratio_geomean": SpecRatio("geomean"),
         "spec_ratio_flops": SpecRatio("flops"),
         "spec_ratio_bandwidth": SpecRatio("bandwidth"),
@@ -300,20 +303,3 @@ def baseline_predictors() -> dict[str, FitPredict]:
         "knn": NearestNeighbors(k=5),
         "linear_scaling": LinearScaling(),
     }
-
-
-class CheapestType(RowPredictor):
-    """Not a prediction: ``1 / price``, so ranking by "value" picks the cheapest type.
-
-    Examples
-    --------
-    >>> rows = pd.DataFrame({"hardware": ["A", "B"]})
-    >>> CheapestType({"A": 2.0, "B": 4.0}).fit(rows, Catalog.default()).predict(rows).tolist()
-    [0.5, 0.25]
-    """
-
-    def __init__(self, price: Mapping[str, float]) -> None:
-        self.price = price
-
-    def _predict(self, train: pd.DataFrame, test: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-        return 1.0 / test["hardware"].map(self.price).to_numpy(float)

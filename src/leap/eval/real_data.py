@@ -50,9 +50,8 @@ from leap.catalog import Catalog
 from leap.datasets import SOURCES, benchmark_catalog, data_checksum, to_attempts
 from leap.eval.parallel import Parallel
 from leap.eval.real_baselines import (
-    CheapestType,
+    BenchmarkLookup,
     LinearScaling,
-    LookupTable,
     NearestNeighbors,
     SpecRatio,
     baseline_predictors,
@@ -61,6 +60,7 @@ from leap.eval.real_baselines import (
 )
 from leap.eval.real_reference import (
     RankingCheck,
+    RankScore,
     ReferenceCheck,
     ranking_check,
     reference_check,
@@ -77,6 +77,7 @@ from leap.eval.real_splits import (
     Progress,
     ProtocolSettings,
     RowPredictor,
+    Score,
     Scores,
     Split,
     held_out_predictions,
@@ -107,16 +108,17 @@ __all__ = [
     "TARGET",
     "AttemptsFitPredict",
     "AttemptsPredictor",
-    "CheapestType",
+    "BenchmarkLookup",
     "FitPredict",
     "LinearScaling",
-    "LookupTable",
     "NearestNeighbors",
     "Progress",
+    "RankScore",
     "RankingCheck",
     "RealDataResult",
     "ReferenceCheck",
     "RowPredictor",
+    "Score",
     "SpecRatio",
     "Split",
     "baseline_predictors",
@@ -336,9 +338,9 @@ def verdicts(result: RealDataResult) -> list[str]:
         for protocol, by_method in by_protocol.items():
             if LEAP not in by_method:
                 continue
-            ours = by_method[LEAP]["accuracy_within_20pct_all"]
-            base = {m: r["accuracy_within_20pct_all"] for m, r in by_method.items()
-                    if m != LEAP and np.isfinite(r["accuracy_within_20pct_all"])}
+            ours = by_method[LEAP].accuracy_within_20pct_all
+            base = {m: r.accuracy_within_20pct_all for m, r in by_method.items()
+                    if m != LEAP and np.isfinite(r.accuracy_within_20pct_all)}
             if not base:
                 continue
             best = max(base, key=lambda m: base[m])
@@ -349,19 +351,19 @@ def verdicts(result: RealDataResult) -> list[str]:
     ref = result.reference_check
     if ref is not None and LEAP in ref.matched_geomean:
         matched = ref.matched_geomean[LEAP]
-        ours = matched["accuracy_within_20pct"]
-        theirs = ref.methods["spec_ratio_geomean"]["accuracy_within_20pct"]
+        ours = matched.accuracy_within_20pct
+        theirs = ref.methods["spec_ratio_geomean"].accuracy_within_20pct
         word = ("beats" if ours > theirs + 0.05 else
                 "does NOT clearly beat" if ours > theirs else "is WORSE than")
         lines.append(f"reference protocol (Lambda PyTorch, 1 GPU, type held out): leap "
                      f"{ours:.0%} {word} spec-ratio geomean {theirs:.0%} on the same "
-                     f"{matched['n']} rows")
+                     f"{matched.n} rows")
     return lines
 
 
 def flat_results(result: RealDataResult) -> list[dict[str, str | float | int]]:
     """The nested results as rows: source, protocol, method and the scores."""
-    return [{"source": s, "protocol": p, "method": m, **r}
+    return [{"source": s, "protocol": p, "method": m, **r.to_dict()}
             for s, by_p in result.results.items() for p, by_m in by_p.items()
             for m, r in by_m.items()]
 

@@ -3,7 +3,7 @@ ranking by samples per dollar on public prices (Lambda PyTorch, one GPU, type he
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,9 @@ import pandas as pd
 from leap.catalog import Catalog
 from leap.datasets import benchmark_catalog, load_prices
 from leap.eval.parallel import Parallel
-from leap.eval.real_baselines import CheapestType, SpecRatio
+from leap.eval.baselines import cheapest_order
+from leap.eval.rank_quality import order_quality, summarize_quality
+from leap.eval.real_baselines import SpecRatio
 from leap.eval.real_splits import (
     CONFIG_KEY,
     TARGET,
@@ -43,28 +45,37 @@ class ReferenceCheck(Record):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rows": self.rows, "expected": dict(self.expected)}
         for name, s in self.methods.items():
-            out[name] = dict(s)
+            out[name] = s.to_dict()
             if name in self.matched_geomean:
-                out[name]["matched_geomean"] = dict(self.matched_geomean[name])
+                out[name]["matched_geomean"] = self.matched_geomean[name].to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReferenceCheck:
         names = [k for k in data if k not in ("rows", "expected")]
         return cls(rows=data["rows"], expected=dict(data["expected"]),
-                   methods={n: {k: v for k, v in data[n].items() if k != "matched_geomean"}
-                            for n in names},
-                   matched_geomean={n: dict(data[n]["matched_geomean"]) for n in names
-                                    if "matched_geomean" in data[n]})
+                   methods={n: Score.from_dict(data[n]) for n in names},
+                   matched_geomean={n: Score.from_dict(data[n]["matched_geomean"])
+                                    for n in names if "matched_geomean" in data[n]})
+
+
+@dataclass(frozen=True)
+class RankScore(Record):
+    """One method in :func:`ranking_check`: configurations it ranked, the share whose pick is
+    the measured best, and the value regret of its picks (mean and median)."""
+
+    ranked: int
+    top1_agreement: float
+    mean_regret: float
+    median_regret: float
 
 
 @dataclass(frozen=True)
 class RankingCheck(Record):
-    """:func:`ranking_check`: configurations ranked, and per method ``ranked``,
-    ``top1_agreement``, ``mean_regret`` and ``median_regret``."""
+    """:func:`ranking_check`: configurations ranked, and each method's :class:`RankScore`."""
 
     configurations: int
-    methods: dict[str, dict[str, float | int]]
+    methods: dict[str, RankScore]
 
 
 # The published reference figure ----------------------------------------------------------------
@@ -155,34 +166,36 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
     """
     cat = catalog if catalog is not None else benchmark_catalog()
     rows = reference_rows(df)
-    price = load_prices().set_index("hardware")["median_usd"]
-    priced = rows["hardware"].isin(price.index).to_numpy()
-    config = group_codes(rows, CONFIG_KEY)
-    measured = value(rows[TARGET].to_numpy(float), rows["hardware"].map(price).to_numpy(float))
-    n_configs = int(pd.Series(config[priced]).value_counts().ge(2).sum())
-    out = RankingCheck(configurations=n_configs, methods={})
-    # A yardstick that needs no prediction at all: rank by price alone (cheapest first).
-    cheapest = {"cheapest_type": CheapestType(price.to_dict())}
-    preds = _reference_predictions(rows, {**cheapest, **predictors}, cat, predictions, parallel)
-    for name, (pred, _) in preds.items():
-        predicted = value(pred, rows["hardware"].map(price).to_numpy(float))
-        frame = pd.DataFrame({"config": config, "measured": measured,
-                              "predicted": np.where(predicted > 0, predicted, np.nan)})[priced]
-        agree: list[bool] = []
-        regret: list[float] = []
+    price = load_prices().set_index("hardware")["median_usd"].to_dict()
+    hourly = rows["hardware"].map(price).to_numpy(float)
+    priced = np.isfinite(hourly)
+    frame = pd.DataFrame({"config": group_codes(rows, CONFIG_KEY),
+                          "hardware": rows["hardware"].to_numpy(dtype=object),
+                          "measured": value(rows[TARGET].to_numpy(float), hourly)})[priced]
+    configs = [g for _, g in frame.groupby("config") if len(g) >= 2]
+    preds = _reference_predictions(rows, predictors, cat, predictions, parallel)
+
+    def ranked(order_of: Callable[[pd.DataFrame], list[str]]) -> RankScore:
         # The measured best is over every priced type, so a type a method cannot predict
         # counts against it when it is the best one.
-        for _, g in frame.groupby("config"):
-            if g["predicted"].notna().sum() < 2:
-                continue
-            best = g["measured"].max()
-            pick = g.loc[g["predicted"].idxmax(), "measured"]
-            agree.append(bool(pick == best))
-            regret.append(float(1.0 - pick / best))
-        out.methods[name] = {
-            "ranked": len(agree),
-            "top1_agreement": float(np.mean(agree)) if agree else float("nan"),
-            "mean_regret": float(np.mean(regret)) if regret else float("nan"),
-            "median_regret": float(np.median(regret)) if regret else float("nan"),
-        }
+        per = [order_quality(order, dict(zip(g["hardware"], g["measured"], strict=True)))
+               for g in configs if len(order := order_of(g)) >= 2]
+        s = summarize_quality(per)
+        return RankScore(ranked=len(per), top1_agreement=s["top1_agreement"],
+                         mean_regret=s["mean_regret"], median_regret=s["median_regret"])
+
+    def by_prediction(pred: np.ndarray) -> Callable[[pd.DataFrame], list[str]]:
+        predicted = pd.Series(value(pred, hourly)[priced], index=frame.index)
+
+        def order(g: pd.DataFrame) -> list[str]:
+            v = predicted[g.index]
+            v = v[v > 0].sort_values(ascending=False, kind="stable")
+            return list(g.loc[v.index, "hardware"])
+        return order
+
+    # A yardstick that needs no prediction at all: rank by price alone (cheapest first).
+    out = RankingCheck(configurations=len(configs), methods={
+        "cheapest_type": ranked(lambda g: cheapest_order(list(g["hardware"]), price))})
+    for name, (pred, _) in preds.items():
+        out.methods[name] = ranked(by_prediction(pred))
     return out

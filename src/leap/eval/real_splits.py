@@ -168,38 +168,47 @@ def without_outcome(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # Running ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Score(Record):
+    """One method's held-out score on one protocol of one source (:func:`score`).
+
+    ``accuracy_within_20pct`` scores the covered rows, ``accuracy_within_20pct_all`` counts
+    the others as misses; ``folds``: the fits behind it.
+    """
+
+    n: int
+    n_covered: int
+    coverage: float
+    accuracy_within_20pct: float
+    accuracy_within_20pct_all: float
+    median_ape: float
+    folds: int
+
+
 def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> Score:
     """:func:`leap.metrics.summary` of a held-out prediction, in the real-data names.
 
-    A prediction that is not a positive number is no estimate (lost coverage);
-    ``accuracy_within_20pct`` scores the covered rows, ``..._all`` counts the others as
-    misses.
+    A prediction that is not a positive number is no estimate (lost coverage).
 
     Examples
     --------
     >>> s = score(np.array([100.0, np.nan, 150.0]), np.array([110.0, 50.0, 100.0]), folds=3)
-    >>> s["n_covered"], s["accuracy_within_20pct"], round(s["accuracy_within_20pct_all"], 3)
+    >>> s.n_covered, s.accuracy_within_20pct, round(s.accuracy_within_20pct_all, 3)
     (2, 0.5, 0.333)
     """
     covered = np.isfinite(pred) & (pred > 0)
     p = np.where(covered, pred, np.nan)
     every = metrics.summary(p, actual)
-    return {
-        "n": len(actual),
-        "n_covered": int(covered.sum()),
-        "coverage": every["coverage"],
-        "accuracy_within_20pct": (metrics.summary(p[covered], actual[covered])["accuracy"]
-                                  if covered.any() else float("nan")),
-        "accuracy_within_20pct_all": every["accuracy"],
-        "median_ape": every["median_ape"],
-        "folds": int(folds),
-    }
+    return Score(
+        n=len(actual), n_covered=int(covered.sum()), coverage=every["coverage"],
+        accuracy_within_20pct=(metrics.summary(p[covered], actual[covered])["accuracy"]
+                               if covered.any() else float("nan")),
+        accuracy_within_20pct_all=every["accuracy"], median_ape=every["median_ape"],
+        folds=int(folds))
 
 
 #: ``progress(done, total, label)``: called as folds finish.
 Progress = Callable[[int, int, str], None]
-#: One method's :func:`score` on one protocol of one source.
-Score = dict[str, float | int]
 #: Scores per source, protocol and method.
 Scores = dict[str, dict[str, dict[str, Score]]]
 
@@ -324,9 +333,7 @@ def run_protocols(
     Returns
     -------
     ProtocolResults
-        ``results[source][protocol][method]``: ``n``, ``n_covered``, ``coverage``,
-        ``accuracy_within_20pct``, ``accuracy_within_20pct_all``, ``median_ape``, ``folds``;
-        and the ``settings``.
+        ``results[source][protocol][method]``: a :class:`Score`; and the ``settings``.
 
     Examples
     --------
@@ -334,7 +341,7 @@ def run_protocols(
     >>> df = load_throughput("gavel", include_flagged=False)
     >>> from leap.eval.real_baselines import NearestNeighbors
     >>> out = run_protocols(df, {"knn": NearestNeighbors()}, protocols=["unseen_hardware"])
-    >>> out.results["gavel"]["unseen_hardware"]["knn"]["coverage"]
+    >>> out.results["gavel"]["unseen_hardware"]["knn"].coverage
     1.0
     """
     for p in protocols:

@@ -491,8 +491,8 @@ def real_data_tables(result: RealDataResult) -> list[Table]:
     source, then the ranking on public prices when it ran."""
     tables = []
     for src, by_protocol in result.results.items():
-        rows = tuple((protocol, method, f"{r['n']:,}", whole_pct(r["coverage"]),
-                      whole_pct(r["accuracy_within_20pct"]), whole_pct(r["median_ape"]))
+        rows = tuple((protocol, method, f"{r.n:,}", whole_pct(r.coverage),
+                      whole_pct(r.accuracy_within_20pct), whole_pct(r.median_ape))
                      for protocol, by_method in by_protocol.items()
                      for method, r in by_method.items())
         source = result.data.sources.get(src)
@@ -506,8 +506,8 @@ def real_data_tables(result: RealDataResult) -> list[Table]:
             "real_data_ranking", f"ranking on public prices: {ranking.configurations} "
             "Lambda configurations, each type held out",
             ("method", "ranked", "top-1 agreement", "mean value regret"),
-            tuple((method, str(r["ranked"]), whole_pct(r["top1_agreement"]),
-                   whole_pct(r["mean_regret"])) for method, r in ranking.methods.items())))
+            tuple((method, str(r.ranked), whole_pct(r.top1_agreement),
+                   whole_pct(r.mean_regret)) for method, r in ranking.methods.items())))
     return tables
 
 
@@ -516,6 +516,6 @@ def real_data_reference_lines(result: RealDataResult) -> list[str]:
     ref = result.reference_check
     if ref is None:
         return []
-    return [f"{name}: {whole_pct(ref.methods[name]['accuracy_within_20pct'])} within ±20% "
-            f"(expected ~{expected:.0%}), MdAPE {whole_pct(ref.methods[name]['median_ape'])}, "
-            f"n={ref.methods[name]['n_covered']}" for name, expected in ref.expected.items()]
+    return [f"{name}: {whole_pct(ref.methods[name].accuracy_within_20pct)} within ±20% "
+            f"(expected ~{expected:.0%}), MdAPE {whole_pct(ref.methods[name].median_ape)}, "
+            f"n={ref.methods[name].n_covered}" for name, expected in ref.expected.items()]
