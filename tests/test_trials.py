@@ -20,15 +20,8 @@ from leap.config import Workspace
 from leap.data.store import Store
 from leap.errors import CatalogError, ConfigError
 from leap.eval.report import report_tables
-from leap.eval.trials import (
-    PLAN_COLUMNS,
-    PlanSummary,
-    TrialsResult,
-    choose,
-    expected_loss,
-    plan_trials,
-    trials_study,
-)
+from leap.eval.trials import PLAN_COLUMNS, PlanSummary, choose, expected_loss, plan_trials
+from leap.eval.trials_check import TrialsResult, trials_study
 from leap.model.artifact import Registry
 from leap.model.window import load_attempts
 from leap.sim.fleet import Fleet

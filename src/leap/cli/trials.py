@@ -135,7 +135,7 @@ def check_cmd(
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.eval.tables import report_tables
-    from leap.eval.trials import trials_study
+    from leap.eval.trials_check import trials_study
     from leap.model.window import TrainConfig
 
     ws = workspace(ctx)

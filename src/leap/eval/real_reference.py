@@ -12,8 +12,8 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.datasets import benchmark_catalog, load_prices
-from leap.eval.parallel import Parallel
 from leap.eval.baselines import cheapest_order
+from leap.eval.parallel import Parallel
 from leap.eval.rank_quality import order_quality, summarize_quality
 from leap.eval.real_baselines import SpecRatio
 from leap.eval.real_splits import (

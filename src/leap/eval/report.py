@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from leap.eval.new_hardware import NewHardwareResult
     from leap.eval.real_data import RealDataResult
     from leap.eval.studies import ImpactResult, LookupResult, RankingResult
-    from leap.eval.trials import TrialsResult
+    from leap.eval.trials_check import TrialsResult
 
 __all__ = ["PLOTS", "Table", "impact_tables", "new_families_table", "pct", "plot_accuracy",
            "plot_errors", "plot_impact", "plot_lookup", "plot_ranking", "real_data_section",
@@ -128,7 +128,7 @@ def write_report(out_dir: Path, *, backtest: BacktestResult | None = None,
     new_hardware : NewHardwareResult, optional
         :func:`leap.eval.new_hardware.new_hardware_study`.
     trials : TrialsResult, optional
-        :func:`leap.eval.trials.trials_study`.
+        :func:`leap.eval.trials_check.trials_study`.
     alternatives : AlternativesResult, optional
         :func:`leap.eval.alternatives.alternatives_study`.
     notes : sequence of str

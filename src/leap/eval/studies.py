@@ -33,7 +33,7 @@ from leap.eval.new_hardware import NewHardwareResult
 from leap.eval.oracle import is_simulated, oracle_fleet
 from leap.eval.ranking import RankingFigures
 from leap.eval.records import Record
-from leap.eval.trials import TrialsResult
+from leap.eval.trials_check import TrialsResult
 from leap.model.window import TrainConfig, day_start, load_attempts, window_attempts
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from leap.eval.new_hardware import NewHardwareResult
     from leap.eval.real_data import RealDataResult
     from leap.eval.studies import ImpactResult, LookupResult, RankingResult
-    from leap.eval.trials import PlanSummary, TrialArms, TrialsResult
+    from leap.eval.trials import PlanSummary
+    from leap.eval.trials_check import TrialArms, TrialsResult
 
 METHOD_LABELS = {"leap": "LEAP (cautious, default)", "leap_risk_neutral": "LEAP, risk-neutral",
                   "leap_risk_averse": "LEAP, risk-averse",
@@ -330,7 +331,7 @@ def _trials_rows(arms: Mapping[str, TrialArms]) -> tuple[tuple[str, ...], ...]:
 
     Examples
     --------
-    >>> from leap.eval.trials import TrialArm, TrialArms
+    >>> from leap.eval.trials_check import TrialArm, TrialArms
     >>> arm = TrialArm(trials=5, cost=10.0, succeeded=5, model_types=4,
     ...                accuracy={"accuracy": 0.5}, ranking={"mean_regret": 0.1})
     >>> _trials_rows({"5": TrialArms(arm)})[0][:3]
