@@ -97,3 +97,29 @@ def test_cli_refuses_an_unknown_type(sim_workspace: Workspace) -> None:
     res = CliRunner().invoke(app, ["--home", str(sim_workspace.home), "experiment",
                                    "new-hardware", "--hardware", "B20O"])
     assert res.exit_code == 1 and "unknown hardware 'B20O'" in res.output
+
+
+def test_a_type_nobody_ran_on_takes_the_history_estimate_without_the_trees(
+        sim_workspace: Workspace) -> None:
+    import numpy as np
+
+    from leap.eval.new_hardware import held_out_type
+    from leap.features.encode import FEATURE_NAMES
+    from leap.model.window import day_start, window_attempts
+
+    cfg = _fast_config()
+    day = day_start(SMALL_AS_OF)
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        attempts = window_attempts(store, day, cfg)
+    model = held_out_type(attempts, Catalog.default(), day, cfg, "MI300X")
+    jobs = model.eval_jobs
+    art = model.artifact
+    X = art.encode_full(jobs)
+    hist = X[:, FEATURE_NAMES.index("hist_est")]
+    pred = art.predict_log(jobs)
+    new = (jobs["hardware"] == "MI300X").to_numpy() & np.isfinite(hist)
+    assert new.sum() > 5
+    np.testing.assert_array_equal(pred[new], hist[new])
+    # Every other type ran in the window: the trees' correction applies there.
+    seen = ~(jobs["hardware"] == "MI300X").to_numpy() & np.isfinite(hist)
+    assert (np.abs(pred[seen] - hist[seen]) > 1e-9).mean() > 0.5

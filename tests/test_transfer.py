@@ -121,6 +121,8 @@ class _NoRatio:
     """A pair model that predicts no change beyond physics: ``xfer_p_r`` is then the median
     of the family's residuals on the types it is read from."""
 
+    shape_boosters = ()
+
     def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Catalog,
                 job: np.ndarray | None = None) -> np.ndarray:
         return np.zeros(len(hw_a))
@@ -183,6 +185,29 @@ def test_shape_estimate_reads_the_nearest_shapes_the_family_ran_on_the_type() ->
                            np.array(hw[i:i + 1], dtype=object), CAT, np.full(1, 3.0),
                            jobs.take(np.array([i])))
         np.testing.assert_array_equal(one["xfer_s_r"], out["xfer_s_r"][i:i + 1])
+
+
+def test_a_type_is_carried_from_the_jobs_own_shape_where_the_family_ran_it() -> None:
+    # f ran two shapes on A100: batch 16 (residual 0.9) and 64 (-0.1; median over both 0.4).
+    shapes = pd.DataFrame([("f", "A100-SXM4-80GB", "1/1/16", 0.9),
+                           ("f", "A100-SXM4-80GB", "1/1/64", -0.1)],
+                          columns=["family_id", "hardware", "shape", "fam_hw_shape_med_r"])
+    fam_hw = pd.DataFrame({"family_id": ["f"], "hardware": ["A100-SXM4-80GB"],
+                           "fam_hw_med_r": [0.4], "fam_hw_med_y": [2.4]})
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    idx = TransferIndex(fam_hw, empty, None, shapes)
+    batch = [16, 64, 32]
+    keys = _keys("f", 3) | {"shape": np.array([f"1/1/{b}" for b in batch], dtype=object)}
+    for pairs in (None, _NoRatio()):
+        idx.pairs = pairs  # type: ignore[assignment]
+        jobs = Columns.from_frame(pd.DataFrame({"family_id": "f", "hardware": "H100-SXM",
+                                                "trainer_count": 1, "batch_size": batch}))
+        out = idx.features(keys, np.array(["H100-SXM"] * 3, dtype=object), CAT,
+                           np.full(3, 3.0), jobs)
+        # Its own shape's residual where it ran that shape on A100, else the median there.
+        np.testing.assert_allclose(out["xfer_d_r"], [0.9, -0.1, 0.4])
+        if pairs is not None:
+            np.testing.assert_allclose(out["xfer_p_r"], [0.9, -0.1, 0.4])
 
 
 def test_novelty_groups_follow_the_history_of_each_row() -> None:

@@ -125,10 +125,7 @@ class TransferIndex:
             self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
         self._specs: tuple[int, np.ndarray] | None = None
         self._vendor: tuple[int, np.ndarray] | None = None
-        # Only a pair model with shape boosters reads the family x type x shape levels.
-        self._shapes = self._shape_table(
-            fam_hw_shape if pairs is not None and pairs.shape_boosters else None,
-            fams, hw_index, n_hw)
+        self._shapes = self._shape_table(fam_hw_shape, fams, hw_index, n_hw)
 
     @staticmethod
     def _shape_table(table: pd.DataFrame | None, fams: pd.Index, hw_index: pd.Index,
@@ -187,14 +184,17 @@ class TransferIndex:
         column; ``log_phys`` is each row's physics estimate. Per row:
 
         - ``xfer_d_r``: the family's residual on its types carried to this one by the pair
-          differences (NaN without family history on another type);
+          differences (NaN without family history on another type); on each type, its
+          residual in the job's own shape where it ran that shape there (the snapshot's
+          family x type x shape level), else its median over shapes;
         - ``xfer_gamma``: the gain share of jobs like this one; ``xfer_g_r``: the family's
           log throughput on its types plus that share of the physics gain, as a residual;
         - ``xfer_r``: the two blended, the pair differences weighing ``n / (n +
           BLEND_FAMILIES)`` with ``n = xfer_pair_n`` (on a sample of the default fleet the
           blend beat either alone);
-        - ``xfer_p_r``: the family's residual on each of its types carried here by the pair
-          model at this job's own shape (:mod:`leap.features.pairs`; needs ``jobs``, the
+        - ``xfer_p_r``: the family's residual on each of its types (in the job's own shape
+          where it ran it there, as for ``xfer_d_r``) carried here by the pair model at this
+          job's own shape (:mod:`leap.features.pairs`; needs ``jobs``, the
           rows' job columns), the median over the :data:`PAIR_NEAREST` of those types nearest
           the target by spec distance, taken among the types of the target's vendor when the
           family ran on any (a family's level on a vendor's software stack is something
@@ -243,7 +243,12 @@ class TransferIndex:
         # A type nobody ran on in the window has no pairs: its gain share is the physics
         # prior (1), not a slope learned on other types' gains and extrapolated.
         gamma = np.where(b == virtual, 1.0, gamma)
-        est = level + d_prev
+        # Carried from the job's own shape where the family ran it on the observed type (as
+        # the pair model is trained: one shape on two types), else from its median there.
+        own = self._same_shape(f * (virtual + 1), seen, keys["shape"][rows]) \
+            if "shape" in keys else np.full(level.shape, np.nan)
+        level_s = np.where(np.isfinite(own), own, level)
+        est = level_s + d_prev
         w = np.where(seen, np.log1p(n_mt) + 0.25 * np.log1p(n_all) + 0.1, 0.0)
         wsum = w.sum(axis=1)
         has = wsum > 0
@@ -285,11 +290,29 @@ class TransferIndex:
                               kind="stable")[:, :PAIR_NEAREST]
             nearest = np.zeros_like(seen)
             nearest[np.arange(len(rows))[:, None], near] = True
-            self._pair_features(self.pairs, out, rows, prefer & nearest, level, jobs, hardware,
-                                catalog)
-            if "shape" in keys:
+            self._pair_features(self.pairs, out, rows, prefer & nearest, level_s, jobs,
+                                hardware, catalog)
+            if "shape" in keys and self.pairs.shape_boosters:
                 self._shape_features(self.pairs, out, rows, f * (virtual + 1) + b,
                                      keys["shape"], jobs, catalog)
+        return out
+
+    def _same_shape(self, group: np.ndarray, seen: np.ndarray, shape: np.ndarray) -> np.ndarray:
+        """(rows, types) the family's residual in each row's own ``shape`` on each type in
+        ``seen`` (NaN where it never ran that shape there); ``group``: each row's family
+        times the types' count (the shape table's key less the type)."""
+        out = np.full(seen.shape, np.nan)
+        table = self._shapes
+        if len(table["key"]) == 0:
+            return out
+        r, a = np.nonzero(seen)
+        key = group[r] + a
+        start = np.searchsorted(table["key"], key, side="left")
+        count = np.searchsorted(table["key"], key, side="right") - start
+        pos = np.repeat(np.arange(len(r)), count)
+        cand = start[pos] + np.arange(len(pos)) - np.repeat(np.cumsum(count) - count, count)
+        hit = table["text"][cand] == shape[r[pos]]
+        out[r[pos[hit]], a[pos[hit]]] = table["r"][cand[hit]]
         return out
 
     def _shape_features(self, pairs: PairModel, out: dict[str, np.ndarray], rows: np.ndarray,

@@ -49,6 +49,8 @@ MANIFEST = "manifest.json"
 LATEST = "LATEST"
 LOG = "published.jsonl"
 INTERVALS = "intervals.json"
+_HARDWARE = FEATURE_NAMES.index("hardware")
+_HIST_EST = FEATURE_NAMES.index("hist_est")
 #: Jobs scored at write time, with the predictions: a loaded model must reproduce them.
 PROBE = "probe.json"
 #: What a model version may be called: a plain name, never a path.
@@ -94,6 +96,7 @@ class Artifact:
         self.full_spec = FeatureSpec(names=FEATURE_NAMES, vocab=self.spec.vocab)
         self.model_cols = np.array([FEATURE_NAMES.index(n) for n in self.spec.names],
                                    dtype=np.intp)
+        self._absent: np.ndarray | None = None
 
     @property
     def fallback_log_tp(self) -> float:
@@ -107,6 +110,15 @@ class Artifact:
         """Every feature column (:data:`~leap.features.encode.FEATURE_NAMES`) of ``jobs``."""
         return encode(jobs, self.snapshot, self.catalog, self.full_spec)
 
+    def _absent_types(self) -> np.ndarray:
+        """Per code of the hardware vocabulary: whether nobody ran on the type in the
+        snapshot's window (it has no family level there)."""
+        if self._absent is None:
+            ran = self.snapshot.transfer.hw_pos
+            self._absent = np.array([h not in ran for h in self.spec.vocab.get("hardware", [])],
+                                    dtype=bool)
+        return self._absent
+
     def predict_encoded(self, X_full: np.ndarray) -> Prediction:
         """Log samples/s, its interval and novelty group for rows from :meth:`encode_full`.
 
@@ -116,8 +128,19 @@ class Artifact:
         group = novelty(X_full, FEATURE_NAMES)
         if len(X) == 0:
             return Prediction(np.empty(0), np.empty(0), np.empty(0), group)
-        pred = np.asarray(self.model.predict(X, base=base_margin(X, self.spec,
-                                                                 self.fallback_log_tp)))
+        base = base_margin(X, self.spec, self.fallback_log_tp)
+        pred = np.asarray(self.model.predict(X, base=base))
+        # A type nobody ran on in the snapshot's window takes the history-adjusted estimate
+        # alone where there is one: the trees' correction is learned on the types they saw,
+        # and on types held out entirely (the default fleet's B200, public tables' newest
+        # types) it moved that estimate away from the truth more often than toward it (see
+        # the closing notes of issue 10).
+        if "hist_est" in self.spec.names:
+            code = X_full[:, _HARDWARE]
+            absent = self._absent_types()
+            new_type = np.isfinite(X_full[:, _HIST_EST]) & (
+                np.isnan(code) | absent[np.nan_to_num(code).astype(np.intp)])
+            pred = np.where(new_type, base, pred)
         if self.intervals is None:
             return Prediction(pred, np.full(len(pred), np.nan), np.full(len(pred), np.nan),
                               group)
