@@ -49,8 +49,6 @@ MANIFEST = "manifest.json"
 LATEST = "LATEST"
 LOG = "published.jsonl"
 INTERVALS = "intervals.json"
-_HARDWARE = FEATURE_NAMES.index("hardware")
-_HIST_EST = FEATURE_NAMES.index("hist_est")
 #: Jobs scored at write time, with the predictions: a loaded model must reproduce them.
 PROBE = "probe.json"
 #: What a model version may be called: a plain name, never a path.
@@ -119,6 +117,26 @@ class Artifact:
                                     dtype=bool)
         return self._absent
 
+    def predict_rows(self, X: np.ndarray) -> np.ndarray:
+        """Log samples/s of rows encoded with the model's own spec (:meth:`encode`): the
+        trees' correction on the base margin.
+
+        A type nobody ran on in the snapshot's window takes the history-adjusted estimate
+        alone where there is one: the trees' correction is learned on the types they saw,
+        and on types held out entirely (the default fleet's B200, public tables' newest
+        types) it moved that estimate away from the truth more often than toward it (see the
+        closing notes of issue 10).
+        """
+        base = base_margin(X, self.spec, self.fallback_log_tp)
+        pred = np.asarray(self.model.predict(X, base=base))
+        names = list(self.spec.names)
+        if len(X) and "hist_est" in names and "hardware" in names:
+            code = X[:, names.index("hardware")]
+            new_type = np.isfinite(X[:, names.index("hist_est")]) & (
+                np.isnan(code) | self._absent_types()[np.nan_to_num(code).astype(np.intp)])
+            pred = np.where(new_type, base, pred)
+        return pred
+
     def predict_encoded(self, X_full: np.ndarray) -> Prediction:
         """Log samples/s, its interval and novelty group for rows from :meth:`encode_full`.
 
@@ -128,19 +146,7 @@ class Artifact:
         group = novelty(X_full, FEATURE_NAMES)
         if len(X) == 0:
             return Prediction(np.empty(0), np.empty(0), np.empty(0), group)
-        base = base_margin(X, self.spec, self.fallback_log_tp)
-        pred = np.asarray(self.model.predict(X, base=base))
-        # A type nobody ran on in the snapshot's window takes the history-adjusted estimate
-        # alone where there is one: the trees' correction is learned on the types they saw,
-        # and on types held out entirely (the default fleet's B200, public tables' newest
-        # types) it moved that estimate away from the truth more often than toward it (see
-        # the closing notes of issue 10).
-        if "hist_est" in self.spec.names:
-            code = X_full[:, _HARDWARE]
-            absent = self._absent_types()
-            new_type = np.isfinite(X_full[:, _HIST_EST]) & (
-                np.isnan(code) | absent[np.nan_to_num(code).astype(np.intp)])
-            pred = np.where(new_type, base, pred)
+        pred = self.predict_rows(X)
         if self.intervals is None:
             return Prediction(pred, np.full(len(pred), np.nan), np.full(len(pred), np.nan),
                               group)

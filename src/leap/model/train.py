@@ -234,7 +234,7 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
                         intervals=intervals)
     pred = np.empty(0)
     if len(ts.eval_jobs):
-        pred = model.predict(ts.eval_X, base=base_margin(ts.eval_X, ts.spec, ts.fallback_log_tp))
+        pred = artifact.predict_rows(ts.eval_X)  # the one prediction path
         seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
         interval = None
         if intervals is not None:
