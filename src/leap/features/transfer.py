@@ -306,11 +306,7 @@ class TransferIndex:
         if len(table["key"]) == 0:
             return out
         r, a = np.nonzero(seen)
-        key = group[r] + a
-        start = np.searchsorted(table["key"], key, side="left")
-        count = np.searchsorted(table["key"], key, side="right") - start
-        pos = np.repeat(np.arange(len(r)), count)
-        cand = start[pos] + np.arange(len(pos)) - np.repeat(np.cumsum(count) - count, count)
+        pos, cand = _shapes_of(table["key"], group[r] + a)
         hit = table["text"][cand] == shape[r[pos]]
         out[r[pos[hit]], a[pos[hit]]] = table["r"][cand[hit]]
         return out
@@ -324,10 +320,7 @@ class TransferIndex:
         table = self._shapes
         if len(table["key"]) == 0:
             return
-        start = np.searchsorted(table["key"], group, side="left")
-        count = np.searchsorted(table["key"], group, side="right") - start
-        r = np.repeat(np.arange(len(rows)), count)
-        cand = start[r] + np.arange(len(r)) - np.repeat(np.cumsum(count) - count, count)
+        r, cand = _shapes_of(table["key"], group)
         own = table["text"][cand] == shape[rows][r]
         ran_it = np.bincount(r[own], minlength=len(rows)) > 0  # a seen configuration
         keep = ~own & ~ran_it[r]
@@ -371,6 +364,21 @@ class TransferIndex:
         has, med, sd = _row_median(r, level[r, a] + ratio, len(rows))
         out["xfer_p_r"][rows[has]] = med[has]
         out["xfer_p_sd"][rows[has]] = sd[has]
+
+
+def _shapes_of(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every entry of the shape table under each of ``keys`` (family x type groups):
+    ``(i, entry)`` pairs, ``i`` the position in ``keys``, grouped by ``i``.
+
+    Examples
+    --------
+    >>> _shapes_of(np.array([3, 3, 5]), np.array([5, 4, 3]))
+    (array([0, 2, 2]), array([2, 0, 1]))
+    """
+    start = np.searchsorted(sorted_keys, keys, side="left")
+    count = np.searchsorted(sorted_keys, keys, side="right") - start
+    i = np.repeat(np.arange(len(keys)), count)
+    return i, start[i] + np.arange(len(i)) - np.repeat(np.cumsum(count) - count, count)
 
 
 def _row_median(r: np.ndarray, est: np.ndarray, n_rows: int
