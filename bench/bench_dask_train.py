@@ -56,8 +56,9 @@ def one(home: Path, seed: int, dask: str | None, workers: int) -> None:
         res = train_nightly(store, Catalog.load(ws.catalog_path), Registry(ws.models_dir),
                             as_of=as_of, cfg=TrainConfig(seed=seed), publish=False,
                             dask_client=client)
-    print(json.dumps({"accuracy": res.metrics["held_out"]["accuracy"],
-                      "train_rows": res.metrics["train_rows"],
+    held = res.metrics.held_out
+    print(json.dumps({"accuracy": held.accuracy if held is not None else None,
+                      "train_rows": res.metrics.train_rows,
                       "timings_s": res.timings}))
 
 

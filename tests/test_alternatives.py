@@ -16,7 +16,7 @@ from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.store import Store
 from leap.eval.alternatives import AlternativesResult, alternatives_study, drop_features
-from leap.eval.tables import report_tables
+from leap.eval.report import report_tables
 from leap.features.encode import HARDWARE_SPEC_FEATURES
 
 

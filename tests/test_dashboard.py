@@ -22,11 +22,11 @@ from conftest import SMALL_AS_OF
 from leap.config import Workspace
 from leap.data.schema import JOB_COLUMNS
 from leap.data.store import Store
-from leap.eval.monitor import MonitorCollector
 from leap.model.artifact import Registry
 from leap.rank.decisions import DecisionLog, decisions_path
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
+from leap.serve.monitor import MonitorCollector
 from test_serve import serving
 
 IMG = Path(__file__).resolve().parent.parent / "docs" / "img"

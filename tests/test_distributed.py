@@ -132,9 +132,10 @@ def test_dask_training_matches_one_machine(sim_workspace: Workspace, tmp_path: P
             dist = train_nightly(store, catalog, Registry(tmp_path / "m2"), as_of=SMALL_AS_OF,
                                  cfg=cfg, dask_client=client, export_dir=tmp_path / "export")
     assert dist.published
-    assert dist.metrics["train_rows"] == local.metrics["train_rows"]
-    a_local = local.metrics["held_out"]["accuracy"]
-    a_dist = dist.metrics["held_out"]["accuracy"]
+    assert dist.metrics.train_rows == local.metrics.train_rows
+    assert local.metrics.held_out is not None and dist.metrics.held_out is not None
+    a_local = local.metrics.held_out.accuracy
+    a_dist = dist.metrics.held_out.accuracy
     assert abs(a_dist - a_local) <= 0.015, (a_dist, a_local)
     art = Registry(tmp_path / "m2").load()
     assert art.manifest["model_kind"] == local.artifact.manifest["model_kind"]

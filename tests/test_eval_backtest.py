@@ -23,8 +23,8 @@ from leap.eval.backtest import (
     night_path,
     plan_nights,
     run_backtest,
-    summarize,
 )
+from leap.eval.backtest_summary import BacktestSummary, summarize
 from leap.eval.baselines import gpu_hours, lookup_comparison
 from leap.eval.parallel import Parallel
 from leap.eval.studies import eval_day
@@ -80,11 +80,13 @@ def test_summary_is_median_min_max_over_nights() -> None:
     nights = [{"held_out": {"accuracy": a, "accuracy_gpu_hours": g}}
               for a, g in ((0.7, 0.6), (0.9, float("nan")), (0.8, 0.5))]
     s = summarize(nights)
-    assert s["accuracy"] == {"median": 0.8, "min": 0.7, "max": 0.9,
-                             "mean": pytest.approx(0.8), "n": 3}
-    assert s["accuracy_gpu_hours"]["n"] == 2 and s["accuracy_gpu_hours"]["median"] == 0.55
-    assert s["oracle_ceiling"] is None
-    assert s["paper"]["accuracy_median"] == 0.77
+    assert s.to_dict()["accuracy"] == {"median": 0.8, "min": 0.7, "max": 0.9,
+                                       "mean": pytest.approx(0.8), "n": 3}
+    gpu = s.figure("accuracy_gpu_hours")
+    assert gpu is not None and gpu.n == 2 and gpu.median == 0.55
+    assert s.figure("oracle_ceiling") is None and s.to_dict()["oracle_ceiling"] is None
+    assert s.paper["accuracy_median"] == 0.77
+    assert BacktestSummary.from_dict(s.to_dict()) == s
 
 
 @pytest.fixture(scope="module")
@@ -142,14 +144,14 @@ def test_night_figures_match_the_definitions(
     assert ed.source.startswith("kept by the backtest")
     actual = ed.held["throughput"].to_numpy(dtype=float)
     held = night.held_out
-    assert held["n"] == len(ed.held)
-    assert held["accuracy"] == pytest.approx(metrics.accuracy(ed.held_pred, actual))
-    assert held["accuracy_gpu_hours"] == pytest.approx(
+    assert held.n == len(ed.held)
+    assert held.accuracy == pytest.approx(metrics.accuracy(ed.held_pred, actual))
+    assert held.accuracy_gpu_hours == pytest.approx(
         metrics.accuracy(ed.held_pred, actual, gpu_hours(ed.held)))
-    assert held["median_ape"] == pytest.approx(metrics.median_ape(ed.held_pred, actual))
-    assert held["coverage"] == 1.0
-    seen, unseen = held["seen_families"], held["unseen_families"]
-    assert seen["n"] + unseen["n"] == held["n"]
+    assert held.median_ape == pytest.approx(metrics.median_ape(ed.held_pred, actual))
+    assert held.coverage == 1.0
+    seen, unseen = held.seen_families, held.unseen_families
+    assert seen.n + unseen.n == held.n
     lookup = night.lookup.to_dict()
     again = lookup_comparison(ed.past, ed.held, ed.held_pred, ed.artifact.catalog).to_dict()
     assert lookup.pop("keys") == again.pop("keys")
@@ -158,9 +160,9 @@ def test_night_figures_match_the_definitions(
         again.pop("spec_ratio_transfer"), sort_keys=True)
     assert lookup == pytest.approx(again)
     ceiling = night.oracle_ceiling
-    assert ceiling is not None and held["accuracy"] < ceiling["accuracy"] <= 1.0
+    assert ceiling is not None and held.accuracy < ceiling.accuracy <= 1.0
     hist = night.error_hist
-    assert sum(hist.counts) == held["n"]
+    assert sum(hist.counts) == held.n
     assert np.isclose(hist.log10_edges[0], -1.0)
 
 
@@ -209,7 +211,7 @@ def test_a_night_trained_alone_equals_the_backtest_night(
     assert ed.source == "trained on 2026-01-08..2026-01-10"
     held = next(n for n in nights if n.day == "2026-01-11").held_out
     actual = ed.held["throughput"].to_numpy(dtype=float)
-    assert held["accuracy"] == metrics.accuracy(ed.held_pred, actual)
+    assert held.accuracy == metrics.accuracy(ed.held_pred, actual)
 
 
 def test_one_test_of_a_simulated_store(sim_workspace: Workspace, tmp_path: Path) -> None:
@@ -224,7 +226,7 @@ def test_one_test_of_a_simulated_store(sim_workspace: Workspace, tmp_path: Path)
                                  Catalog.default())
         ceiling = oracle_ceiling(fleet, day)
         # The truth is not the measurement (noise), but it is close to it.
-        assert 0.5 < ceiling["accuracy"] < 1.0 and 0.0 < ceiling["median_ape"] < 0.2
+        assert 0.5 < ceiling.accuracy < 1.0 and 0.0 < ceiling.median_ape < 0.2
     with Store(tmp_path / "real.duckdb") as store:
         assert not is_simulated(store) and oracle_fleet(store) is None
         for key in ("scenario", "seed", "start"):

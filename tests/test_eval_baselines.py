@@ -15,6 +15,7 @@ from leap.errors import DataError, ModelError
 from leap.eval.baselines import (
     LOOKUP_KEY,
     LookupTable,
+    Predictor,
     SpecRatioTransfer,
     cheapest_order,
     family_usage,
@@ -31,6 +32,7 @@ def attempts(rows: list[tuple[str, str, int, int, str, float | None]]) -> pd.Dat
                                        "status", "throughput"])
 
 
+CAT = Catalog.default()
 PAST = attempts([
     ("f", "A", 1, 8, "succeeded", 10.0),
     ("f", "A", 1, 8, "succeeded", 30.0),
@@ -43,8 +45,22 @@ PAST = attempts([
 ])
 
 
+def test_every_study_predictor_follows_one_contract() -> None:
+    # The held-out-day baselines and the real-data predictors: fit(attempts, catalog) returns
+    # the fitted predictor, predict(jobs) one estimate per row.
+    from leap.eval.real_baselines import baseline_predictors
+    from leap.eval.real_data import learned_predictor
+
+    held_out_day: list[Predictor] = [LookupTable(), SpecRatioTransfer()]
+    for p in held_out_day:
+        assert p.fit(PAST, CAT) is p and p.predict(PAST).shape == (len(PAST),)
+    real_data = [*baseline_predictors().values(), learned_predictor()]
+    assert real_data and all(isinstance(p, Predictor) for p in real_data)
+
+
+
 def test_the_table_answers_the_median_of_the_exact_key_only() -> None:
-    table = LookupTable().fit(PAST)
+    table = LookupTable().fit(PAST, CAT)
     jobs = attempts([
         ("f", "A", 1, 8, "succeeded", 1.0),    # median of 10, 30, 20
         ("f", "A", 2, 8, "succeeded", 1.0),    # its own trainer count
@@ -62,18 +78,18 @@ def test_the_table_answers_the_median_of_the_exact_key_only() -> None:
 
 
 def test_min_count_and_errors() -> None:
-    table = LookupTable(min_count=2).fit(PAST)
+    table = LookupTable(min_count=2).fit(PAST, CAT)
     pred = table.predict(PAST.iloc[[0, 5]])
     assert pred[0] == 20.0 and np.isnan(pred[1])
     with pytest.raises(ModelError, match="not fitted yet"):
         LookupTable().predict(PAST)
     with pytest.raises(ModelError, match="min_count must be >= 1"):
-        LookupTable(min_count=0).fit(PAST)
+        LookupTable(min_count=0).fit(PAST, CAT)
     with pytest.raises(DataError, match="lack column"):
-        LookupTable().fit(PAST.drop(columns=["batch_size"]))
+        LookupTable().fit(PAST.drop(columns=["batch_size"]), CAT)
     with pytest.raises(DataError, match="lack key column"):
-        LookupTable().fit(PAST).predict(PAST.drop(columns=["hardware"]))
-    assert LookupTable().fit(PAST).predict(PAST.iloc[:0]).shape == (0,)
+        LookupTable().fit(PAST, CAT).predict(PAST.drop(columns=["hardware"]))
+    assert LookupTable().fit(PAST, CAT).predict(PAST.iloc[:0]).shape == (0,)
 
 
 def test_gpu_hours_are_devices_times_duration() -> None:
@@ -120,7 +136,6 @@ def test_a_missing_leap_prediction_costs_coverage_and_counts_as_a_miss() -> None
     assert math.isnan(r.table_accuracy_covered_gpu_hours)  # no duration_hours: no weight
 
 
-CAT = Catalog.default()
 NAMES = list(CAT)
 
 
@@ -167,7 +182,7 @@ def test_spec_ratio_transfer_scales_by_specs_prefers_the_same_shape_and_takes_th
 
     past = _runs([("f", "A100-SXM4-80GB", 8, 100.0), ("f", "A100-SXM4-80GB", 16, 400.0),
                   ("f", "L4", 8, 30.0), ("g", "H100-SXM", 8, 1.0)])
-    rule = SpecRatioTransfer(cat).fit(past)
+    rule = SpecRatioTransfer().fit(past, cat)
     est = rule.predict(_runs([("f", "H100-SXM", 8, 0.0), ("f", "H100-SXM", 32, 0.0),
                               ("new", "H100-SXM", 8, 0.0), ("f", "L4", 8, 0.0)]))
     # Same shape on both references: the median of the two scaled figures.
@@ -180,7 +195,7 @@ def test_spec_ratio_transfer_scales_by_specs_prefers_the_same_shape_and_takes_th
     # The type's own history is never used for itself (it is a transfer rule).
     assert est[3] == pytest.approx(100.0 * ratio("L4", "A100-SXM4-80GB"))
     with pytest.raises(ModelError, match="not fitted"):
-        SpecRatioTransfer(cat).predict(past)
+        SpecRatioTransfer().predict(past)
 
 
 def test_transfer_comparison_scores_both_on_the_unobserved_rows_the_rule_answers() -> None:
@@ -196,5 +211,5 @@ def test_transfer_comparison_scores_both_on_the_unobserved_rows_the_rule_answers
     assert r.unobserved_pair_2.n == 0 and r.all.n == 2
     assert r.unobserved_pair_1.leap_accuracy == 1.0       # 240 vs 250
     assert r.unobserved_pair_3plus.leap_accuracy == 0.0   # 300 vs 100
-    est = SpecRatioTransfer(cat).fit(past).predict(day)
+    est = SpecRatioTransfer().fit(past, cat).predict(day)
     assert r.unobserved_pair_1.rule_accuracy == float(abs(est[0] / 250.0 - 1) <= 0.2)

@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "leap"
 #: Layer of each top-level module or package of ``leap``; a module may import its own layer
 #: and the ones below. ``eval`` drives ``sim`` (the oracle), never the other way round.
 LAYERS: dict[str, int] = {
-    "errors": 0, "config": 0, "metrics": 0, "catalog": 0, "arch": 0, "resources": 0,
+    "errors": 0, "config": 0, "metrics": 0, "records": 0, "catalog": 0, "arch": 0, "resources": 0,
     "data": 1,
     "features": 2, "datasets": 2,
     "model": 3,
@@ -26,16 +26,6 @@ LAYERS: dict[str, int] = {
     "sim": 6,
     "eval": 7,
     "cli": 8, "__main__": 8,
-}
-
-#: Known upward imports, each owned by someone changing that layer now. An entry that no
-#: longer occurs fails the test too, so the list only shrinks.
-KNOWN: set[tuple[str, str]] = {
-    # serve/ shows the live monitor and formats figures with eval's SI formatter; both
-    # belong below serve (issue 12, serve part).
-    ("serve/app.py", "leap.eval.monitor"),
-    ("serve/dashboard.py", "leap.eval.monitor"),
-    ("serve/dashboard.py", "leap.eval.report"),
 }
 
 
@@ -79,11 +69,8 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_no_lower_layer_imports_a_higher_one() -> None:
-    upward = _upward()
-    new = sorted(upward - KNOWN)
-    assert not new, "upward imports (module, imported): " + ", ".join(map(str, new))
-    fixed = sorted(KNOWN - upward)
-    assert not fixed, f"no longer imported, remove from KNOWN: {fixed}"
+    upward = sorted(_upward())
+    assert not upward, "upward imports (module, imported): " + ", ".join(map(str, upward))
 
 
 def test_cli_modules_share_only_public_names() -> None:
@@ -106,17 +93,11 @@ def test_the_rule_itself(src: str, dst: str, expected: bool) -> None:
     assert (LAYERS[dst.split(".")[1]] > LAYERS[_layer_of(Path(src))]) is expected
 
 
-#: Packages whose docstrings still hold commented-out examples (``>>> # ...``), which look
-#: like doctests and check nothing; each owner turns them into real examples or removes them.
-COMMENTED_EXAMPLES_LEFT = {"features", "model", "rank", "serve", "sim"}
-
-
 def test_docstring_examples_run() -> None:
     # The suite runs every docstring example (--doctest-modules); a ">>> #" line would pass
-    # while checking nothing, so none may appear outside the packages still listed above.
+    # while checking nothing, so none may appear.
     found = sorted(p.relative_to(SRC).as_posix() for p in _modules()
-                   if _layer_of(p.relative_to(SRC)) not in COMMENTED_EXAMPLES_LEFT
-                   and any(line.lstrip().startswith(">>> #")
+                   if any(line.lstrip().startswith(">>> #")
                            for line in p.read_text(encoding="utf-8").splitlines()))
     assert not found, f"commented-out examples in {found}"
 

@@ -22,11 +22,11 @@ from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.schema import JOB_COLUMNS
 from leap.data.store import Store
-from leap.eval.monitor import FIGURES, MonitorCollector, MonitorDay, join_outcomes, monitor
 from leap.model.artifact import Registry
 from leap.rank.decisions import DecisionLog, decisions_path, read_decisions
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
+from leap.serve.monitor import FIGURES, MonitorCollector, MonitorDay, join_outcomes, monitor
 
 runner = CliRunner()
 _register()

@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from leap.data.schema import ATTEMPTS_SCHEMA
-from leap.data.store import QUARANTINE_SCHEMA, Store
+from leap.data.schema import ATTEMPTS_SCHEMA, QUARANTINE_SCHEMA
+from leap.data.store import Store
 from leap.errors import DataError
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)

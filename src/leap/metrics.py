@@ -1,4 +1,5 @@
-"""Accuracy metrics shared by nightly training and evaluation (pure NumPy, no state).
+"""Accuracy metrics shared by nightly training and evaluation (pure NumPy, no state), and
+the one number format for figures (:func:`si`).
 
 Accuracy is the paper's: the share of attempts whose predicted throughput lies within ±20%
 of the measured value, i.e. ``|pred / actual - 1| <= 0.2``.
@@ -6,7 +7,11 @@ of the measured value, i.e. ``|pred / actual - 1| <= 0.2``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from leap.records import Record
 
 TOLERANCE = 0.20
 
@@ -50,16 +55,47 @@ def median_ape(pred: np.ndarray, actual: np.ndarray) -> float:
     return float(np.median(np.abs(pred[m] / actual[m] - 1.0)))
 
 
+@dataclass(frozen=True)
+class Summary(Record):
+    """The standard accuracy block of a set of predictions (:func:`summary`)."""
+
+    OMIT_NONE = frozenset({"accuracy_gpu_hours"})
+
+    n: float
+    coverage: float
+    accuracy: float
+    median_ape: float
+    #: Accuracy weighted by each attempt's device-hours (when they are known).
+    accuracy_gpu_hours: float | None = None
+
+
 def summary(pred: np.ndarray, actual: np.ndarray,
-            gpu_hours: np.ndarray | None = None) -> dict[str, float]:
-    """The standard block: n, coverage, attempt- and GPU-hour-weighted accuracy, MdAPE."""
+            gpu_hours: np.ndarray | None = None) -> Summary:
+    """The standard block: n, coverage, attempt- and GPU-hour-weighted accuracy, MdAPE.
+
+    >>> s = summary(np.array([100., 150.]), np.array([100., 100.]))
+    >>> s.n, s.coverage, s.accuracy, s.median_ape, s.accuracy_gpu_hours
+    (2.0, 1.0, 0.5, 0.25, None)
+    """
     pred = np.asarray(pred, dtype=np.float64)
-    out = {
-        "n": float(len(pred)),
-        "coverage": float(np.isfinite(pred).mean()) if len(pred) else float("nan"),
-        "accuracy": accuracy(pred, actual),
-        "median_ape": median_ape(pred, actual),
-    }
-    if gpu_hours is not None:
-        out["accuracy_gpu_hours"] = accuracy(pred, actual, weights=gpu_hours)
-    return out
+    return Summary(
+        n=float(len(pred)),
+        coverage=float(np.isfinite(pred).mean()) if len(pred) else float("nan"),
+        accuracy=accuracy(pred, actual),
+        median_ape=median_ape(pred, actual),
+        accuracy_gpu_hours=None if gpu_hours is None
+        else accuracy(pred, actual, weights=gpu_hours))
+
+
+def si(x: float | None) -> str:
+    """A number with three significant digits and an SI suffix; a dash for missing values.
+
+    >>> si(874_123.0), si(12.5), si(None)
+    ('874k', '12.5', '—')
+    """
+    if x is None or x != x:
+        return "—"
+    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"

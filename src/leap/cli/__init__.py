@@ -22,8 +22,8 @@ from leap.config import DEFAULT_HOME, Workspace
 from leap.errors import ConfigError, LeapError, ParamError
 
 if TYPE_CHECKING:
-    from leap.eval.records import Record
     from leap.eval.tables import Table
+    from leap.records import Record
 
 app = typer.Typer(
     name="leap",

@@ -43,7 +43,7 @@ def new_families_cmd(
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.eval.new_families import new_families_study
-    from leap.eval.tables import report_tables
+    from leap.eval.report import report_tables
 
     ws = workspace(ctx)
     require_store(ws)
@@ -83,7 +83,7 @@ def alternatives_cmd(
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.eval.alternatives import alternatives_study
-    from leap.eval.tables import report_tables
+    from leap.eval.report import report_tables
 
     ws = workspace(ctx)
     require_store(ws)
@@ -143,7 +143,7 @@ def new_hardware_cmd(
     from leap.catalog import Catalog
     from leap.data.store import Store
     from leap.eval.new_hardware import new_hardware_study
-    from leap.eval.tables import report_tables
+    from leap.eval.report import report_tables
 
     ws = workspace(ctx)
     require_store(ws)

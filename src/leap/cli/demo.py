@@ -127,7 +127,7 @@ def demo(
                                  catalog)
         out = result.to_json()
         fleet = Fleet.from_store(store)
-        out["metrics"]["held_out"]["oracle_ceiling"] = oracle_ceiling(fleet, day)["accuracy"]
+        out["metrics"]["held_out"]["oracle_ceiling"] = oracle_ceiling(fleet, day).accuracy
     print_train(out)
 
     ranker = Ranker(registry, costs=catalog, background_reload=False)

@@ -74,7 +74,7 @@ def _run_backtest(ws: Workspace, *, nights: int, window_days: int, end: str | No
 
         def progress(done: int, total: int, night: Any) -> None:
             last = "" if night is None else (
-                f"{night.day}: {100 * night.held_out['accuracy']:.1f}% within ±20%")
+                f"{night.day}: {100 * night.held_out.accuracy:.1f}% within ±20%")
             bar.update(task, completed=done, total=total, last=last)
 
         return run_backtest(ws.store_path, catalog, cfg, nights=nights, work_dir=ws.work_dir,
@@ -115,7 +115,7 @@ def backtest_cmd(
     if as_json:
         print_json(result.to_dict())
         return
-    from leap.eval.tables import report_tables
+    from leap.eval.report import report_tables
 
     print_tables(report_tables(backtest=result))
     console.print(f"{len(result.computed)} night(s) computed, {len(result.reused)} reused "
@@ -162,8 +162,8 @@ def _study(compute: Callable[[Any, Workspace, Any], Any],
            model: str, specialists: int, no_history: bool, as_json: bool) -> None:
     """One study command: the held-out day's model, ``compute(ed, ws, store)``, then print."""
     from leap.data.store import Store
+    from leap.eval.report import report_tables
     from leap.eval.studies import ImpactResult, LookupResult, RankingResult
-    from leap.eval.tables import report_tables
 
     ws = workspace(ctx)
     require_store(ws)

@@ -102,13 +102,12 @@ def train(
                                        force=force, progress=progress, now=datetime.now(UTC),
                                        dask_client=client, export_dir=export_dir)
         out = result.to_json()
-        held = result.metrics.get("held_out")
-        if held is not None:
+        if result.metrics.held_out is not None:
             from leap.eval.oracle import day_ceiling
 
             ceiling = day_ceiling(store, catalog, result.as_of)
             if ceiling is not None:
-                held["oracle_ceiling"] = ceiling
+                out["metrics"]["held_out"]["oracle_ceiling"] = ceiling
     if as_json:
         print_json(out)
         return

@@ -40,8 +40,8 @@ def monitor(
     """Live coverage, first-choice share and accuracy of the advice, per day."""
     from datetime import timedelta
 
-    from leap.eval.monitor import monitor as run_monitor
     from leap.rank.decisions import decisions_path
+    from leap.serve.monitor import monitor as run_monitor
 
     ws = workspace(ctx)
     start = parse_day(since, "--since")
@@ -53,7 +53,7 @@ def monitor(
     if prometheus:
         from prometheus_client import CollectorRegistry, generate_latest
 
-        from leap.eval.monitor import gauges
+        from leap.serve.monitor import gauges
 
         class _Once:
             def collect(self) -> Any:

@@ -16,7 +16,7 @@ from rich.table import Table
 from leap.cli import app, console, err_console, guarded, print_json, workspace
 from leap.config import Workspace
 from leap.errors import ConfigError, DataError
-from leap.eval.report import si
+from leap.metrics import si
 
 DEFAULT_PORT = 8787
 
@@ -350,8 +350,8 @@ class ServeSettings:
             err_console.print(f"leap serving model {version or '—'} on http://{host}:{port} "
                               f"(docs at /docs{', token required' if self.token else ''})",
                               highlight=False)
-        from leap.eval.monitor import MonitorCollector
         from leap.rank.decisions import decisions_path
+        from leap.serve.monitor import MonitorCollector
 
         # The web page and (with monitor_gauges) /metrics read the live figures from here.
         monitor = MonitorCollector(ws.store_path, decisions_path(ws.home), ttl_s=300.0)

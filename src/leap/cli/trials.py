@@ -94,7 +94,7 @@ def plan_cmd(
     if as_json:
         print_json(result)
         return
-    from leap.eval.tables import trials_plan_table
+    from leap.eval.experiment_tables import trials_plan_table
 
     print_tables([trials_plan_table(summary)])
     for t in summary.trials:
@@ -134,7 +134,7 @@ def check_cmd(
     """
     from leap.catalog import Catalog
     from leap.data.store import Store
-    from leap.eval.tables import report_tables
+    from leap.eval.report import report_tables
     from leap.eval.trials_check import trials_study
     from leap.model.window import TrainConfig
 

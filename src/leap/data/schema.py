@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from leap.errors import DataError
+
 STATUSES: tuple[str, ...] = ("succeeded", "failed", "oom", "preempted")
 
 #: Required columns, in store order, with their canonical Arrow types.
@@ -68,3 +70,50 @@ JOB_BOUNDS: dict[str, tuple[float, float]] = {
     if ALL_COLUMNS[c] == pa.int64() else (0, MAX_SIZE)
     for c in JOB_COLUMNS if ALL_COLUMNS[c] != pa.string()
 }
+
+#: What :meth:`Store.add_batch` takes as quarantined rows (``source`` may be null: the
+#: batch's source is used). ``record`` is the offending row's original values as JSON text.
+QUARANTINE_SCHEMA = pa.schema([
+    pa.field("source", pa.string()),
+    pa.field("row_number", pa.int64()),
+    pa.field("reason", pa.string()),
+    pa.field("record", pa.string()),
+])
+
+
+def conform_attempts(good: pa.Table) -> pa.Table:
+    """Select and cast ``good`` to :data:`ATTEMPTS_SCHEMA`; absent optional columns are null."""
+    if good.schema.equals(ATTEMPTS_SCHEMA):
+        return good
+    missing = [c for c in REQUIRED if c not in good.column_names]
+    if missing:
+        raise DataError(f"rows to store lack required column(s) {', '.join(missing)}; "
+                        "validate them with leap.data.ingest.validate first")
+    arrays = []
+    for f in ATTEMPTS_SCHEMA:
+        if f.name in good.column_names:
+            col = good.column(f.name)
+            try:
+                arrays.append(col.cast(f.type) if col.type != f.type else col)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise DataError(f"column '{f.name}' of the rows to store cannot be cast to "
+                                f"{f.type}: {exc}; validate them first") from None
+        else:
+            arrays.append(pa.nulls(good.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=ATTEMPTS_SCHEMA)
+
+
+def conform_quarantine(quarantined: pa.Table) -> pa.Table:
+    """Select and cast quarantined rows to :data:`QUARANTINE_SCHEMA` (a ``reason`` is
+    required)."""
+    if quarantined.num_rows == 0 and not quarantined.column_names:
+        return QUARANTINE_SCHEMA.empty_table()
+    arrays = []
+    for f in QUARANTINE_SCHEMA:
+        if f.name in quarantined.column_names:
+            arrays.append(quarantined.column(f.name).cast(f.type))
+        elif f.name == "reason":
+            raise DataError("quarantined rows need a 'reason' column")
+        else:
+            arrays.append(pa.nulls(quarantined.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=QUARANTINE_SCHEMA)

@@ -13,20 +13,16 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from leap.data.schema import ATTEMPTS_SCHEMA, REQUIRED, STATUSES
+from leap.data.schema import (
+    ATTEMPTS_SCHEMA,
+    STATUSES,
+    conform_attempts,
+    conform_quarantine,
+)
 from leap.errors import DataError, did_you_mean
 
 #: Bump when the table layout changes; a store written by another layout is refused.
 STORE_SCHEMA_VERSION = "1"
-
-#: What :meth:`Store.add_batch` takes as quarantined rows (``source`` may be null: the
-#: batch's source is used). ``record`` is the offending row's original values as JSON text.
-QUARANTINE_SCHEMA = pa.schema([
-    pa.field("source", pa.string()),
-    pa.field("row_number", pa.int64()),
-    pa.field("reason", pa.string()),
-    pa.field("record", pa.string()),
-])
 
 _DUCK_TYPES: dict[pa.DataType, str] = {
     pa.string(): "VARCHAR",
@@ -129,42 +125,6 @@ def read_attempts(con: duckdb.DuckDBPyConnection, source: str, start: datetime |
     return table.cast(schema) if not table.schema.equals(schema) else table
 
 
-def _conform(good: pa.Table) -> pa.Table:
-    """Select and cast ``good`` to :data:`ATTEMPTS_SCHEMA`; absent optional columns are null."""
-    if good.schema.equals(ATTEMPTS_SCHEMA):
-        return good
-    missing = [c for c in REQUIRED if c not in good.column_names]
-    if missing:
-        raise DataError(f"rows to store lack required column(s) {', '.join(missing)}; "
-                        "validate them with leap.data.ingest.validate first")
-    arrays = []
-    for f in ATTEMPTS_SCHEMA:
-        if f.name in good.column_names:
-            col = good.column(f.name)
-            try:
-                arrays.append(col.cast(f.type) if col.type != f.type else col)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise DataError(f"column '{f.name}' of the rows to store cannot be cast to "
-                                f"{f.type}: {exc}; validate them first") from None
-        else:
-            arrays.append(pa.nulls(good.num_rows, f.type))
-    return pa.Table.from_arrays(arrays, schema=ATTEMPTS_SCHEMA)
-
-
-def _conform_quarantine(quarantined: pa.Table) -> pa.Table:
-    if quarantined.num_rows == 0 and not quarantined.column_names:
-        return QUARANTINE_SCHEMA.empty_table()
-    arrays = []
-    for f in QUARANTINE_SCHEMA:
-        if f.name in quarantined.column_names:
-            arrays.append(quarantined.column(f.name).cast(f.type))
-        elif f.name == "reason":
-            raise DataError("quarantined rows need a 'reason' column")
-        else:
-            arrays.append(pa.nulls(quarantined.num_rows, f.type))
-    return pa.Table.from_arrays(arrays, schema=QUARANTINE_SCHEMA)
-
-
 class Batch:
     """One open write transaction on a :class:`Store` (see :meth:`Store.batch`)."""
 
@@ -199,8 +159,8 @@ class Batch:
             Counts of rows added, already stored and quarantined.
         """
         con = self._store.con
-        good = _conform(good)
-        quarantined = _conform_quarantine(quarantined)
+        good = conform_attempts(good)
+        quarantined = conform_quarantine(quarantined)
         now = self.ingested_at
         con.register("__leap_good", good)
         con.register("__leap_bad", quarantined)
@@ -347,7 +307,7 @@ class Store:
         Examples
         --------
         >>> import tempfile
-        >>> from leap.data.schema import ATTEMPTS_SCHEMA
+        >>> from leap.data.schema import ATTEMPTS_SCHEMA, QUARANTINE_SCHEMA
         >>> with Store(Path(tempfile.mkdtemp()) / "s.duckdb") as store:
         ...     with store.batch() as b:
         ...         r = b.add(ATTEMPTS_SCHEMA.empty_table(), QUARANTINE_SCHEMA.empty_table(),
@@ -376,7 +336,7 @@ class Store:
         Examples
         --------
         >>> import tempfile
-        >>> from leap.data.schema import ATTEMPTS_SCHEMA
+        >>> from leap.data.schema import ATTEMPTS_SCHEMA, QUARANTINE_SCHEMA
         >>> with Store(Path(tempfile.mkdtemp()) / "s.duckdb") as store:
         ...     store.add_batch(ATTEMPTS_SCHEMA.empty_table(), QUARANTINE_SCHEMA.empty_table(),
         ...                     source="x").added

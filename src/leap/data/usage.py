@@ -59,6 +59,12 @@ def device_hours(jobs: pd.DataFrame) -> np.ndarray:
     return job_devices(jobs) * _column(jobs, "duration_hours", 0.0)
 
 
+def recorded_device_hours(jobs: pd.DataFrame) -> np.ndarray | None:
+    """:func:`device_hours` of attempts that carry ``duration_hours``; None for rows without
+    the column (job requests, which have not run): the GPU-hour weighting then is skipped."""
+    return device_hours(jobs) if "duration_hours" in jobs.columns else None
+
+
 def _column(jobs: pd.DataFrame, name: str, default: float) -> np.ndarray:
     if name not in jobs.columns:
         return np.full(len(jobs), default)

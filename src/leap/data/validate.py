@@ -21,10 +21,10 @@ from leap.data.schema import (
     MAX_BATCH_SIZE,
     MAX_COUNT,
     PRECISIONS,
+    QUARANTINE_SCHEMA,
     REQUIRED,
     STATUSES,
 )
-from leap.data.store import QUARANTINE_SCHEMA
 from leap.errors import ConfigError, did_you_mean
 
 #: Optional numeric columns and the smallest value each may take.

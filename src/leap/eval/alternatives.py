@@ -41,9 +41,9 @@ import pandas as pd
 
 from leap import metrics
 from leap.catalog import Catalog
+from leap.data.usage import recorded_device_hours
 from leap.eval.backtest import last_full_day
 from leap.eval.baselines import LookupTable, SpecRatioTransfer
-from leap.eval.records import Record
 from leap.features.encode import (
     CATEGORICAL,
     HARDWARE_SPEC_FEATURES,
@@ -51,7 +51,7 @@ from leap.features.encode import (
     FeatureSpec,
     base_margin,
 )
-from leap.model.train import evaluate, family_seen, fit_model
+from leap.model.train import family_seen, fit_model
 from leap.model.window import (
     HISTORY_FEATURES,
     TrainConfig,
@@ -61,6 +61,7 @@ from leap.model.window import (
     load_attempts,
     window_attempts,
 )
+from leap.records import Record
 
 Status = Callable[[str], None]
 
@@ -222,22 +223,23 @@ def _unobserved(ts: TrainingSet) -> np.ndarray:
 def _result(name: str, kind: str, pred_log: np.ndarray, masked_pred_log: np.ndarray,
             ts: TrainingSet, seen: np.ndarray, fit_s: float,
             latency: tuple[float, float], note: str = "") -> MethodResult:
-    res = evaluate(pred_log, ts.eval_jobs, seen)
     actual = ts.eval_jobs["throughput"].to_numpy(dtype=np.float64)
     pred = np.exp(pred_log)
+    res = metrics.summary(pred, actual, recorded_device_hours(ts.eval_jobs))
     covered = np.isfinite(pred)
     masked_actual = actual[ts.eval_masked_rows]
     unobserved = _unobserved(ts)
     return MethodResult(
-        name=name, kind=kind, accuracy=res["accuracy"],
-        accuracy_gpu_hours=res.get("accuracy_gpu_hours", float("nan")),
-        median_ape=res["median_ape"], coverage=res["coverage"],
+        name=name, kind=kind, accuracy=res.accuracy,
+        accuracy_gpu_hours=res.accuracy_gpu_hours if res.accuracy_gpu_hours is not None
+        else float("nan"),
+        median_ape=res.median_ape, coverage=res.coverage,
         accuracy_covered=metrics.accuracy(pred[covered], actual[covered]),
         masked_pairs_accuracy=metrics.accuracy(np.exp(masked_pred_log), masked_actual)
         if len(masked_actual) else float("nan"),
         unobserved_pairs_accuracy=metrics.accuracy(pred[unobserved], actual[unobserved])
         if unobserved.any() else float("nan"),
-        unseen_families_accuracy=res["unseen_families"]["accuracy"], fit_s=fit_s,
+        unseen_families_accuracy=metrics.accuracy(pred[~seen], actual[~seen]), fit_s=fit_s,
         predict_us_per_row=latency[0], job_ms_p50=latency[1], note=note)
 
 
@@ -330,10 +332,10 @@ def alternatives_study(store: Any, catalog: Catalog, cfg: TrainConfig | None = N
     status("the lookup table and the spec-ratio transfer")
     past = load_attempts(store, day - pd.Timedelta(days=cfg.window_days), day)
     t0 = time.perf_counter()
-    table = LookupTable().fit(past)
+    table = LookupTable().fit(past, catalog)
     table_fit_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ratio = SpecRatioTransfer(catalog).fit(past)
+    ratio = SpecRatioTransfer().fit(past, catalog)
     ratio_fit_s = time.perf_counter() - t0
     del past
     jobs = ts.eval_jobs.reset_index(drop=True)

@@ -20,10 +20,9 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,18 +34,17 @@ from leap import __version__, metrics
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
 from leap.errors import DataError, ParamError
+from leap.eval.backtest_summary import BacktestSummary, summarize
 from leap.eval.baselines import LookupComparison, lookup_comparison
-from leap.eval.oracle import oracle_ceiling, oracle_fleet
+from leap.eval.oracle import Ceiling, oracle_ceiling, oracle_fleet
 from leap.eval.parallel import Parallel
-from leap.eval.records import Record
-from leap.features.encode import FEATURE_VERSION, NOVELTY_GROUPS
-from leap.model.train import WindowModel, family_seen
+from leap.features.encode import FEATURE_VERSION
+from leap.model.train import HeldOutFigures, Window, WindowModel, family_seen
 from leap.model.window import EncodeCache, TrainConfig, day_start, window_attempts
+from leap.records import Record
 
 #: 2: nights carry the spec-ratio transfer comparison.
 FORMAT_VERSION = 2
-#: The paper's 30-night figures (share within ±20%, attempt-weighted).
-PAPER = {"accuracy_median": 0.770, "accuracy_min": 0.735, "accuracy_max": 0.806}
 #: Bins of log10(predicted / measured) for the error distribution: 0.1x to 10x.
 ERROR_EDGES = np.round(np.linspace(-1.0, 1.0, 81), 6)
 _DAY = timedelta(days=1)
@@ -84,9 +82,9 @@ class ErrorHistogram(Record):
 class Night(Record):
     """One night's record (``night-YYYY-MM-DD.json``, :func:`night_result`).
 
-    ``held_out`` is the training's held-out block (:func:`leap.model.train.evaluate`: the
-    accuracy figures, ``novelty`` and ``masked_pairs`` by group, ``interval_coverage``) plus
-    ``seen_families``, ``unseen_families`` and ``unseen_share``; ``oracle_ceiling`` the
+    ``held_out`` is the training's held-out figures (:func:`leap.model.train.evaluate`),
+    with ``seen_families`` and ``unseen_families`` weighted by device-hours too and
+    ``unseen_share``; ``oracle_ceiling`` the
     simulator's ceiling (None on real data); ``timings_s`` and ``worker`` (:data:`RUN_FIELDS`)
     say where and how long it ran.
     """
@@ -95,14 +93,14 @@ class Night(Record):
 
     format: int
     day: str
-    window: dict[str, Any]
+    window: Window
     train_rows: int
-    held_out: dict[str, Any]
-    oracle_ceiling: dict[str, float] | None
+    held_out: HeldOutFigures
+    oracle_ceiling: Ceiling | None
     lookup: LookupComparison
     error_hist: ErrorHistogram
     timings_s: dict[str, float] | None = None
-    worker: dict[str, Any] | None = None
+    worker: dict[str, str | int] | None = None
 
 
 @dataclass
@@ -115,13 +113,14 @@ class BacktestResult:
     computed: list[str]
     reused: list[str]
     wall_s: float
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: BacktestSummary
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of the result (every night), as ``leap backtest --json`` prints it."""
         return {"run_dir": str(self.run_dir), "settings": self.settings,
                 "computed": self.computed, "reused": self.reused, "wall_s": self.wall_s,
-                "summary": self.summary, "nights": [n.to_dict() for n in self.nights]}
+                "summary": self.summary.to_dict(),
+                "nights": [n.to_dict() for n in self.nights]}
 
     #: The older name of :meth:`to_dict`.
     to_json = to_dict
@@ -133,7 +132,7 @@ class BacktestResult:
                    nights=[Night.from_dict(n) for n in data["nights"]],
                    computed=list(data["computed"]),
                    reused=list(data["reused"]), wall_s=float(data["wall_s"]),
-                   summary=dict(data.get("summary", {})))
+                   summary=BacktestSummary.from_dict(data.get("summary", {})))
 
 
 # Planning -------------------------------------------------------------------------------------
@@ -287,7 +286,7 @@ def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> Nigh
     fleet : Fleet, optional
         The simulated fleet (oracle ceiling); None for real data.
     """
-    held = wm.metrics.get("held_out")
+    held = wm.metrics.held_out
     if held is None or len(wm.eval_jobs) == 0:
         raise DataError(f"no succeeded attempts on the held-out day {wm.as_of:%Y-%m-%d}; "
                         "the backtest needs a full day after each window")
@@ -296,18 +295,17 @@ def night_result(wm: WindowModel, past: pd.DataFrame, fleet: Any = None) -> Nigh
     pred = np.exp(wm.eval_pred_log)
     hours = device_hours(jobs)
     seen = family_seen(wm.artifact.snapshot, jobs)
-    held = json.loads(json.dumps(held))  # a private copy
-    held["seen_families"] = metrics.summary(pred[seen], actual[seen], hours[seen])
-    held["unseen_families"] = metrics.summary(pred[~seen], actual[~seen], hours[~seen])
-    held["unseen_share"] = float((~seen).mean())
+    held = replace(held, seen_families=metrics.summary(pred[seen], actual[seen], hours[seen]),
+                   unseen_families=metrics.summary(pred[~seen], actual[~seen], hours[~seen]),
+                   unseen_share=float((~seen).mean()))
     ceiling = oracle_ceiling(fleet, jobs) if fleet is not None else None
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log10(pred / actual)
     log_ratio = log_ratio[np.isfinite(log_ratio)]
     counts, _ = np.histogram(np.clip(log_ratio, ERROR_EDGES[0], ERROR_EDGES[-1]), ERROR_EDGES)
     return Night(
-        format=FORMAT_VERSION, day=wm.as_of.date().isoformat(), window=wm.metrics["window"],
-        train_rows=int(wm.metrics["train_rows"]), held_out=held, oracle_ceiling=ceiling,
+        format=FORMAT_VERSION, day=wm.as_of.date().isoformat(), window=wm.metrics.window,
+        train_rows=wm.metrics.train_rows, held_out=held, oracle_ceiling=ceiling,
         lookup=lookup_comparison(past, jobs, pred, wm.artifact.catalog),
         error_hist=ErrorHistogram(log10_edges=ERROR_EDGES.tolist(), counts=counts.tolist(),
                                   clipped_low=int((log_ratio < ERROR_EDGES[0]).sum()),
@@ -427,72 +425,11 @@ def run_backtest(store_path: Path, catalog: Catalog, cfg: TrainConfig, *, nights
         if progress:
             progress(len(done), len(wanted), night)
     ordered = [done[d] for d in wanted]
-    result = BacktestResult(run_dir=run_dir, settings=settings | {
+    return BacktestResult(run_dir=run_dir, settings=settings | {
         "nights": nights, "first_day": wanted[0], "last_day": wanted[-1],
         "backend": parallel.backend, "workers": parallel.workers},
         nights=ordered, computed=sorted(computed), reused=reused,
-        wall_s=time.perf_counter() - t0)
-    result.summary = summarize([n.to_dict() for n in ordered])
-    return result
-
-
-# Summary --------------------------------------------------------------------------------------
-#: Night figures summarised over the nights: name -> path in the night record.
-SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
-    "accuracy": ("held_out", "accuracy"),
-    "accuracy_gpu_hours": ("held_out", "accuracy_gpu_hours"),
-    "median_ape": ("held_out", "median_ape"),
-    "coverage": ("held_out", "coverage"),
-    "accuracy_seen_families": ("held_out", "seen_families", "accuracy"),
-    "accuracy_unseen_families": ("held_out", "unseen_families", "accuracy"),
-    "unseen_share": ("held_out", "unseen_share"),
-    "oracle_ceiling": ("oracle_ceiling", "accuracy"),
-    "oracle_ceiling_gpu_hours": ("oracle_ceiling", "accuracy_gpu_hours"),
-    "lookup_coverage": ("lookup", "table_coverage"),
-    "lookup_accuracy_covered": ("lookup", "table_accuracy_covered"),
-    "leap_accuracy_lookup_covered": ("lookup", "leap_accuracy_covered"),
-    "held_out_attempts": ("held_out", "n"),
-    "train_rows": ("train_rows",),
-    "interval_coverage": ("held_out", "interval_coverage"),
-    # Per novelty group: the held-out day's attempts as they came, and the same attempts with
-    # their own (family, type) history masked (what types a family never ran on look like).
-    **{f"{kind}_{what}_{group}": ("held_out", key, group, what)
-       for kind, key in (("novelty", "novelty"), ("masked", "masked_pairs"))
-       for group in NOVELTY_GROUPS for what in ("accuracy", "interval_coverage")},
-    "night_s": ("timings_s", "night_s"),
-    "fit_s": ("timings_s", "fit_s"),
-}
-
-
-def _get(rec: Mapping[str, Any], path: Iterable[str]) -> float:
-    cur: Any = rec
-    for key in path:
-        if not isinstance(cur, Mapping) or key not in cur or cur[key] is None:
-            return float("nan")
-        cur = cur[key]
-    try:
-        return float(cur)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
-def summarize(nights: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Median, min, max and mean of each night figure (NaN nights skipped), and the paper's,
-    over night records as JSON (:meth:`Night.to_dict`; :data:`SUMMARY_FIELDS` are paths in it).
-
-    Examples
-    --------
-    >>> s = summarize([{"held_out": {"accuracy": a}} for a in (0.7, 0.8, 0.75)])
-    >>> s["accuracy"]["median"], s["accuracy"]["min"], s["accuracy"]["max"]
-    (0.75, 0.7, 0.8)
-    """
-    out: dict[str, Any] = {"nights": len(nights)}
-    for name, path in SUMMARY_FIELDS.items():
-        vals = [v for v in (_get(n, path) for n in nights) if np.isfinite(v)]
-        out[name] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
-                     "mean": statistics.fmean(vals), "n": len(vals)} if vals else None
-    out["paper"] = dict(PAPER)
-    return out
+        wall_s=time.perf_counter() - t0, summary=summarize([n.to_dict() for n in ordered]))
 
 
 def comparable(night: Night | Mapping[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,10 @@
 """Baselines LEAP is measured against: the lookup table (the previous system) and simple rankers.
 
+Every predictor a study compares follows one contract, :class:`Predictor`:
+``fit(attempts, catalog)`` then ``predict(jobs)``. The held-out-day studies use it here
+(:class:`LookupTable`, :class:`SpecRatioTransfer`), and the real-data protocols through
+:class:`leap.eval.real_splits.RowPredictor` (the same contract on benchmark rows).
+
 :class:`LookupTable` is the system the paper replaced: the median measured throughput of past
 attempts with exactly the same configuration on the same hardware, keyed by
 ``(family_id, hardware, trainer_count, batch_size)``; a job whose key never ran has no
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, Self, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -24,10 +30,27 @@ from leap import metrics
 from leap.catalog import Catalog
 from leap.data.usage import device_hours, usable_mask
 from leap.errors import DataError, ModelError
-from leap.eval.records import Record
+from leap.records import Record
 
 #: The lookup table's key: the exact job configuration and the hardware.
 LOOKUP_KEY: tuple[str, ...] = ("family_id", "hardware", "trainer_count", "batch_size")
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """The contract of every predictor a study compares (scikit-learn style).
+
+    ``fit(attempts, catalog)`` learns from past attempts (with their measured throughput)
+    and the hardware catalog and returns the fitted predictor; ``predict(jobs)`` gives the
+    predicted samples/s of each job row, NaN where it has no estimate (lost coverage). The
+    jobs' own outcome is never read.
+    """
+
+    def fit(self, attempts: pd.DataFrame, catalog: Catalog, /) -> Self:
+        ...
+
+    def predict(self, jobs: pd.DataFrame, /) -> np.ndarray:
+        ...
 
 
 #: Device-hours of each attempt (the one rule, :func:`leap.data.usage.device_hours`).
@@ -103,7 +126,8 @@ class LookupTable:
     ...                      "trainer_count": [1, 1, 1], "batch_size": [8, 8, 8],
     ...                      "status": ["succeeded"] * 3, "throughput": [10.0, 30.0, 5.0]})
     >>> new = past.iloc[[0]].assign(hardware="B")
-    >>> LookupTable().fit(past).predict(pd.concat([past.iloc[[0]], new])).tolist()
+    >>> table = LookupTable().fit(past, Catalog.default())
+    >>> table.predict(pd.concat([past.iloc[[0]], new])).tolist()
     [20.0, nan]
     """
 
@@ -111,8 +135,9 @@ class LookupTable:
         self.keys = tuple(keys)
         self.min_count = min_count
 
-    def fit(self, attempts: pd.DataFrame) -> LookupTable:
-        """Learn the median of each key from the succeeded attempts with a throughput."""
+    def fit(self, attempts: pd.DataFrame, catalog: Catalog | None = None) -> LookupTable:
+        """Learn the median of each key from the succeeded attempts with a throughput (the
+        table needs no ``catalog``: it matches hardware by name)."""
         if self.min_count < 1:
             raise ModelError(f"min_count must be >= 1, got {self.min_count}")
         missing = [k for k in (*self.keys, "status", "throughput") if k not in attempts.columns]
@@ -131,7 +156,8 @@ class LookupTable:
     def predict(self, jobs: pd.DataFrame) -> np.ndarray:
         """Median samples/s of each job's key; NaN where the key never ran (not covered)."""
         if not getattr(self, "fitted_", False):
-            raise ModelError("this LookupTable is not fitted yet; call fit(past_attempts) first")
+            raise ModelError("this LookupTable is not fitted yet; call fit(past_attempts, catalog) "
+                             "first")
         missing = [k for k in self.keys if k not in jobs.columns]
         if missing:
             raise DataError(f"lookup table: the jobs lack key column(s) {', '.join(missing)}")
@@ -180,7 +206,7 @@ def lookup_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.ndar
     if len(leap_pred) != len(jobs):
         raise DataError(f"got {len(leap_pred)} LEAP predictions for {len(jobs)} jobs; pass one "
                         "per held-out attempt")
-    table = LookupTable().fit(past).predict(jobs)
+    table = LookupTable().fit(past, catalog).predict(jobs)
     covered = np.isfinite(table)
     hours = gpu_hours(jobs)
 
@@ -234,17 +260,16 @@ class SpecRatioTransfer:
     ...                      "trainer_count": [1], "devices_per_trainer": [1],
     ...                      "batch_size": [8], "precision": ["bf16"],
     ...                      "status": ["succeeded"], "throughput": [100.0]})
-    >>> rule = SpecRatioTransfer(Catalog.default()).fit(past)
+    >>> rule = SpecRatioTransfer().fit(past, Catalog.default())
     >>> est = rule.predict(past.assign(hardware="H100-SXM"))
     >>> round(float(est[0]))  # sqrt(989 / 312 x 3350 / 2039) = 2.28
     228
     """
 
-    def __init__(self, catalog: Catalog) -> None:
+    def fit(self, attempts: pd.DataFrame, catalog: Catalog) -> SpecRatioTransfer:
+        """Remember each family's median samples/s per type (and per shape and type) and the
+        ``catalog``'s specs."""
         self.catalog = catalog
-
-    def fit(self, attempts: pd.DataFrame) -> SpecRatioTransfer:
-        """Remember each family's median samples/s per type (and per shape and type)."""
         tp = pd.to_numeric(attempts["throughput"], errors="coerce")
         ok = attempts[usable_mask(attempts)] \
             .assign(throughput=tp, hardware=lambda d: d["hardware"].astype(str),
@@ -264,7 +289,8 @@ class SpecRatioTransfer:
         from leap.features.physics import hardware_specs, peak_flops
 
         if not hasattr(self, "by_type_"):
-            raise ModelError("this SpecRatioTransfer is not fitted yet; call fit(past) first")
+            raise ModelError("this SpecRatioTransfer is not fitted yet; call fit(past, catalog) "
+                             "first")
         te = pd.DataFrame({"_row": np.arange(len(jobs)),
                            "family_id": jobs["family_id"].astype(str).to_numpy(),
                            "h": jobs["hardware"].astype(str).to_numpy(),
@@ -314,7 +340,7 @@ def transfer_comparison(past: pd.DataFrame, jobs: pd.DataFrame, leap_pred: np.nd
         ``rule_coverage``, and within ±20% and median APE of the rule and of LEAP on the
         covered rows.
     """
-    rule = SpecRatioTransfer(catalog).fit(past)
+    rule = SpecRatioTransfer().fit(past, catalog)
     est = rule.predict(jobs)
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     leap_pred = np.asarray(leap_pred, dtype=np.float64)

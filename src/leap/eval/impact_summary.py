@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from leap.eval.records import Record
 from leap.eval.replay import KINDS, WAITING, DayProblem, Optimum, Replay
+from leap.records import Record
 
 if TYPE_CHECKING:
     from leap.eval.impact import DayArms

@@ -35,11 +35,11 @@ import pandas as pd
 from leap import metrics
 from leap.arch import SUMMARY_COLUMNS
 from leap.catalog import Catalog
-from leap.data.usage import device_hours
+from leap.data.usage import recorded_device_hours
 from leap.errors import ConfigError, ParamError
-from leap.eval.records import Record
 from leap.model.train import WindowModel, family_seen, train_window
 from leap.model.window import TrainConfig, day_start, window_attempts
+from leap.records import Record
 
 #: Architecture columns blanked for the "without prior" predictions.
 ARCHITECTURE_COLUMNS: tuple[str, ...] = (*SUMMARY_COLUMNS, "num_dense_features",
@@ -136,10 +136,7 @@ def score_block(pred: np.ndarray, jobs: pd.DataFrame) -> dict[str, float]:
     """Accuracy figures of ``pred`` against the measured throughput of ``jobs``, with the
     median (absolute) log ratio: the sign and size of the typical miss."""
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
-    hours = None
-    if "duration_hours" in jobs.columns:
-        hours = device_hours(jobs)
-    out = metrics.summary(pred, actual, hours)
+    out: dict[str, float] = metrics.summary(pred, actual, recorded_device_hours(jobs)).to_dict()
     # The sign of the miss: MdAPE caps an under-prediction at 100% but not an over-prediction,
     # so a model that predicts ~0 can "beat" one that predicts 2x on MdAPE alone.
     with np.errstate(divide="ignore", invalid="ignore"):

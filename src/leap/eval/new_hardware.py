@@ -32,9 +32,9 @@ from leap.eval.baselines import CHEAPEST, cheapest_order
 from leap.eval.new_families import TrainSettings, score_block
 from leap.eval.oracle import oracle_fleet
 from leap.eval.rank_quality import order_quality, summarize_quality
-from leap.eval.records import Record
 from leap.model.train import WindowModel, train_window
 from leap.model.window import TrainConfig, day_start, window_attempts
+from leap.records import Record
 
 if TYPE_CHECKING:
     from leap.data.store import Store
@@ -392,7 +392,8 @@ def newest_type_curve(store: Store, catalog: Catalog, cfg: TrainConfig, *, until
         attempts = window_attempts(store, night, cfg)
         model = train_window(attempts, catalog, night, cfg)
         jobs = _type_jobs(model, name)
-        fleet_acc = model.metrics.get("held_out", {}).get("accuracy", math.nan)
+        held = model.metrics.held_out
+        fleet_acc = held.accuracy if held is not None else math.nan
         accuracy: float | None = None
         gap: float | None = None
         if len(jobs):

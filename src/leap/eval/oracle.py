@@ -7,6 +7,7 @@ that needs one asks :func:`is_simulated` or :func:`oracle_fleet` here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from leap import metrics
 from leap.catalog import Catalog
 from leap.data.usage import device_hours
 from leap.errors import LeapError
+from leap.records import Record
 
 if TYPE_CHECKING:
     from leap.data.store import Store
@@ -55,19 +57,25 @@ def oracle_fleet(store: Store, *, strict: bool = False) -> Fleet | None:
         return None
 
 
-def oracle_ceiling(fleet: Fleet, jobs: pd.DataFrame) -> dict[str, float]:
-    """The simulator's truth scored as a prediction of the measured ``jobs``.
+@dataclass(frozen=True)
+class Ceiling(Record):
+    """What a perfect model of the simulator reaches on a day (:func:`oracle_ceiling`):
+    accuracy within ±20%, device-hour weighted too, and the median APE."""
 
-    Returns ``accuracy`` (within ±20%), ``accuracy_gpu_hours`` (device-hour weighted) and
-    ``median_ape``: what a perfect model of the simulator would reach, measurement noise
-    being the only error.
-    """
+    accuracy: float
+    accuracy_gpu_hours: float
+    median_ape: float
+
+
+def oracle_ceiling(fleet: Fleet, jobs: pd.DataFrame) -> Ceiling:
+    """The simulator's truth scored as a prediction of the measured ``jobs``: measurement
+    noise is its only error."""
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     truth = fleet.true_throughput(jobs, jobs["hardware"].to_numpy(),
                                   jobs["submitted_at"].to_numpy())
-    return {"accuracy": metrics.accuracy(truth, actual),
-            "accuracy_gpu_hours": metrics.accuracy(truth, actual, device_hours(jobs)),
-            "median_ape": metrics.median_ape(truth, actual)}
+    return Ceiling(accuracy=metrics.accuracy(truth, actual),
+                   accuracy_gpu_hours=metrics.accuracy(truth, actual, device_hours(jobs)),
+                   median_ape=metrics.median_ape(truth, actual))
 
 
 def day_ceiling(store: Store, catalog: Catalog, as_of: datetime) -> float | None:
@@ -79,4 +87,4 @@ def day_ceiling(store: Store, catalog: Catalog, as_of: datetime) -> float | None
     from leap.model.window import load_attempts, succeeded_attempts
 
     day = succeeded_attempts(load_attempts(store, as_of, as_of + timedelta(days=1)), catalog)
-    return oracle_ceiling(fleet, day)["accuracy"]
+    return oracle_ceiling(fleet, day).accuracy

@@ -55,7 +55,7 @@ def plot_accuracy(backtest: BacktestResult, path: Path) -> None:
     import matplotlib.dates as mdates
 
     fig, ax = plt.subplots(figsize=(9, 5.6), dpi=110)
-    paper = backtest.summary.get("paper", {})
+    paper = backtest.summary.paper
     if paper:
         ax.axhspan(100 * paper["accuracy_min"], 100 * paper["accuracy_max"], color="0.88",
                    label="paper's 30 nights (73.5–80.6%)")
@@ -69,8 +69,8 @@ def plot_accuracy(backtest: BacktestResult, path: Path) -> None:
             label="LEAP, families seen in the window")
     ax.plot(days, series("held_out", "unseen_families", "accuracy"), "v:", color="C3", ms=4,
             label="LEAP, unseen (new) families")
-    med = backtest.summary["accuracy"]["median"] if backtest.summary.get(
-        "accuracy") else math.nan
+    acc = backtest.summary.figure("accuracy")
+    med = acc.median if acc is not None else math.nan
     ax.set_title(f"Held-out accuracy per night ({len(nights)} nightly retrainings, "
                  f"median {pct(med)})")
     ax.set_xlabel("held-out day (UTC; model trained on the days before it)")

@@ -1,6 +1,7 @@
 """Ranking-quality metrics of one ordered list of types against true values: top-1
 agreement, value regret and NDCG (definitions in :mod:`leap.eval.ranking`), the expected
-figures of a random order, and their summary over jobs."""
+figures of a random order, and their summary over jobs; and the ranked predictions against
+the truth (:func:`prediction_vs_truth`, :func:`pick_overprediction`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from leap import metrics
 from leap.errors import DataError
+from leap.rank.results import RankResult
 
 #: Relative tolerance within which a type's value equals the best (ties count as best).
 _TIE = 1e-9
@@ -112,3 +115,61 @@ def summarize_quality(per_job: Sequence[Mapping[str, float]],
             out["top1_agreement_gpu_hours"] = float((w * top1[ok]).sum() / w.sum())
             out["mean_regret_gpu_hours"] = float((w * regret[ok]).sum() / w.sum())
     return out
+
+
+def prediction_vs_truth(results: Sequence[RankResult],
+                        truth: Sequence[Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Accuracy and interval coverage of the ranked entries against the true median.
+
+    Per novelty group of the entry (what history the family had on the type), plus the two
+    pools ``with_hardware_history`` (seen configuration or pair) and
+    ``without_hardware_history`` (types the family never ran on, and new families): the
+    second is what a ranking must predict.
+    """
+    rows: dict[str, list[tuple[float, float, float, float]]] = {}
+    for res, tps in zip(results, truth, strict=True):
+        for e in res.ranking:
+            t = tps.get(e.hardware, math.nan)
+            lo = e.throughput_p10 if e.throughput_p10 is not None else math.nan
+            hi = e.throughput_p90 if e.throughput_p90 is not None else math.nan
+            pool = ("without_hardware_history" if "missing_hardware_history" in e.flags
+                    else "with_hardware_history")
+            for key in (pool, e.novelty or "unknown"):
+                rows.setdefault(key, []).append((e.predicted_throughput, t, lo, hi))
+    out = {}
+    for key, vals in rows.items():
+        a = np.array(vals, dtype=np.float64)
+        ok = np.isfinite(a[:, 1])
+        p, t, lo, hi = a[ok].T
+        out[key] = {"n": float(ok.sum()), "accuracy": metrics.accuracy(p, t),
+                    "median_ape": metrics.median_ape(p, t),
+                    "interval_coverage": float(np.mean((t >= lo) & (t <= hi))) if ok.any()
+                    else math.nan}
+    return out
+
+
+def pick_overprediction(results: Sequence[RankResult],
+                        truth: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Predicted / true throughput of each list's first entry (the optimizer's curse).
+
+    Value is throughput over the same cost, so the ratio is the pick's predicted / true
+    value. A NaN truth (the pick would not run) counts as an infinite ratio.
+
+    Examples
+    --------
+    >>> from leap.rank.results import RankedType
+    >>> e = RankedType("A", 200.0, 1.0, 7.2e5, None, None, 1, 1.0, False)
+    >>> pick_overprediction([RankResult([e])], [{"A": 100.0}])["median"]
+    2.0
+    """
+    ratios = []
+    for res, tps in zip(results, truth, strict=True):
+        if res.ranking:
+            e = res.ranking[0]
+            t = tps.get(e.hardware, math.nan)
+            ratios.append(e.predicted_throughput / t if np.isfinite(t) and t > 0 else math.inf)
+    r = np.array(ratios, dtype=np.float64)
+    if not len(r):
+        return {"n": 0.0, "median": math.nan, "p90": math.nan, "share_above_1_5": math.nan}
+    return {"n": float(len(r)), "median": float(np.median(r)),
+            "p90": float(np.quantile(r, 0.9)), "share_above_1_5": float(np.mean(r > 1.5))}

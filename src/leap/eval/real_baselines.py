@@ -81,7 +81,7 @@ class BenchmarkLookup(RowPredictor):
     def _predict(self, train: pd.DataFrame, test: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         past = to_attempts(train, architecture=False).to_pandas()
         jobs = to_attempts(test, architecture=False).to_pandas()
-        return LookupTable(keys=self.KEY).fit(past).predict(jobs)
+        return LookupTable(keys=self.KEY).fit(past, catalog).predict(jobs)
 
 
 class SpecRatio(RowPredictor):

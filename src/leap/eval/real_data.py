@@ -86,8 +86,8 @@ from leap.eval.real_splits import (
     run_protocols,
     without_outcome,
 )
-from leap.eval.records import Record
 from leap.eval.report import real_data_section
+from leap.records import Record
 
 #: ``fn(train_attempts, test_attempts, catalog) -> predicted throughput`` on attempt tables.
 AttemptsFitPredict = Callable[[pa.Table, pa.Table, Catalog], np.ndarray]

@@ -25,8 +25,8 @@ from leap.eval.real_splits import (
     held_out_predictions,
     score,
 )
-from leap.eval.records import Record
 from leap.rank.results import value
+from leap.records import Record
 
 
 @dataclass(frozen=True)

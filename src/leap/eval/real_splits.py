@@ -20,14 +20,15 @@ from leap.catalog import Catalog
 from leap.datasets import OUTCOME_COLUMNS, benchmark_catalog
 from leap.errors import ConfigError, ModelError, did_you_mean
 from leap.eval.parallel import Parallel
-from leap.eval.records import Record
+from leap.records import Record
 
 #: ``fn(train_rows, test_rows_without_outcome, catalog) -> predicted whole-job throughput``.
 FitPredict = Callable[[pd.DataFrame, pd.DataFrame, Catalog], np.ndarray]
 
 
 class RowPredictor:
-    """The scikit-learn contract on benchmark rows, and the :data:`FitPredict` it implies.
+    """The predictor contract (:class:`leap.eval.baselines.Predictor`) on benchmark rows,
+    and the :data:`FitPredict` it implies.
 
     ``fit(rows, catalog)`` learns from training rows and returns the predictor;
     ``predict(rows)`` estimates each row (NaN: no estimate); calling the predictor,
@@ -200,10 +201,10 @@ def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> Score:
     p = np.where(covered, pred, np.nan)
     every = metrics.summary(p, actual)
     return Score(
-        n=len(actual), n_covered=int(covered.sum()), coverage=every["coverage"],
-        accuracy_within_20pct=(metrics.summary(p[covered], actual[covered])["accuracy"]
+        n=len(actual), n_covered=int(covered.sum()), coverage=every.coverage,
+        accuracy_within_20pct=(metrics.accuracy(p[covered], actual[covered])
                                if covered.any() else float("nan")),
-        accuracy_within_20pct_all=every["accuracy"], median_ape=every["median_ape"],
+        accuracy_within_20pct_all=every.accuracy, median_ape=every.median_ape,
         folds=int(folds))
 
 

@@ -30,6 +30,12 @@ import numpy as np
 
 from leap import __version__
 from leap.errors import ConfigError
+from leap.eval.experiment_tables import (
+    alternatives_table,
+    new_families_table,
+    new_hardware_tables,
+    trials_table,
+)
 from leap.eval.plots import (
     PLOTS,
     plot_accuracy,
@@ -41,14 +47,14 @@ from leap.eval.plots import (
 from leap.eval.tables import (
     ARM_LABELS,
     Table,
+    backtest_tables,
     impact_tables,
+    lookup_tables,
     money,
-    new_families_table,
     pct,
+    ranking_tables,
     real_data_reference_lines,
     real_data_tables,
-    report_tables,
-    si,
     signed_pct,
 )
 
@@ -63,7 +69,40 @@ if TYPE_CHECKING:
 
 __all__ = ["PLOTS", "Table", "impact_tables", "new_families_table", "pct", "plot_accuracy",
            "plot_errors", "plot_impact", "plot_lookup", "plot_ranking", "real_data_section",
-           "report_tables", "si", "write_report"]
+           "report_tables", "write_report"]
+
+
+def report_tables(*, backtest: BacktestResult | None = None, lookup: LookupResult | None = None,
+                  ranking: RankingResult | None = None, impact: ImpactResult | None = None,
+                  new_families: NewFamiliesResult | None = None,
+                  new_hardware: NewHardwareResult | None = None,
+                  trials: TrialsResult | None = None,
+                  alternatives: AlternativesResult | None = None) -> list[Table]:
+    """The headline tables of the results given (see :func:`write_report`), as strings.
+
+    Examples
+    --------
+    >>> [t.title for t in report_tables()]
+    []
+    """
+    tables: list[Table] = []
+    if backtest is not None:
+        tables.extend(backtest_tables(backtest))
+    if lookup is not None:
+        tables.extend(lookup_tables(lookup))
+    if ranking is not None:
+        tables.extend(ranking_tables(ranking))
+    if impact is not None:
+        tables.extend(impact_tables(impact.figures))
+    if new_families is not None:
+        tables.append(new_families_table(new_families))
+    if new_hardware is not None:
+        tables.extend(new_hardware_tables(new_hardware))
+    if trials is not None:
+        tables.append(trials_table(trials))
+    if alternatives is not None:
+        tables.append(alternatives_table(alternatives))
+    return tables
 
 
 def _html_table(t: Table) -> str:

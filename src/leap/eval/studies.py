@@ -32,9 +32,9 @@ from leap.eval.new_families import NewFamiliesResult
 from leap.eval.new_hardware import NewHardwareResult
 from leap.eval.oracle import is_simulated, oracle_fleet
 from leap.eval.ranking import RankingFigures
-from leap.eval.records import Record
 from leap.eval.trials_check import TrialsResult
 from leap.model.window import TrainConfig, day_start, load_attempts, window_attempts
+from leap.records import Record
 
 if TYPE_CHECKING:
     from leap.data.store import Store
@@ -288,7 +288,7 @@ class Report:
 
     def tables(self) -> list[Table]:
         """The terminal tables of every part but the real data (which prints its own)."""
-        from leap.eval.tables import report_tables
+        from leap.eval.report import report_tables
 
         return report_tables(backtest=self.backtest, lookup=self.lookup, ranking=self.ranking,
                              impact=self.impact, new_families=self.new_families,

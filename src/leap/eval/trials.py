@@ -35,7 +35,7 @@ from leap.catalog import Catalog
 from leap.data.usage import device_hours, job_devices
 from leap.errors import ConfigError, ParamError
 from leap.eval.new_hardware import check_hardware
-from leap.eval.records import Record
+from leap.records import Record
 
 if TYPE_CHECKING:
     from leap.model.artifact import Artifact

@@ -26,10 +26,10 @@ from leap.eval.baselines import CHEAPEST
 from leap.eval.new_families import TrainSettings, score_block
 from leap.eval.new_hardware import TypeRanking, check_hardware, rank_on_type
 from leap.eval.oracle import oracle_fleet
-from leap.eval.records import Record
 from leap.eval.trials import PlanSummary, Progress, plan_trials, random_choice
 from leap.model.train import train_window
 from leap.model.window import TrainConfig, day_start, window_attempts
+from leap.records import Record
 
 if TYPE_CHECKING:
     from leap.data.store import Store

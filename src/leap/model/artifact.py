@@ -42,6 +42,7 @@ from leap.features.encode import (
 from leap.features.history import Snapshot
 from leap.model.cascade import Model, model_from_files
 from leap.model.intervals import IntervalCalibrator
+from leap.model.verify import probe_jobs
 
 ARTIFACT_VERSION = 1
 SCHEMA_VERSION = 1
@@ -165,25 +166,6 @@ class Artifact:
     def predict(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Predicted samples/s for each job row on its ``hardware``."""
         return np.exp(self.predict_log(jobs))
-
-
-def probe_jobs(snapshot: Snapshot, spec: FeatureSpec, catalog: Catalog) -> list[dict[str, Any]]:
-    """A small fixed set of (job, hardware) rows that exercises the model: known and unseen
-    families, a few model types and job shapes, on every type of the catalog (up to 64)."""
-    fam = snapshot.tables.get("fam_hw")
-    families = sorted({str(f) for f in fam["family_id"].dropna().unique()}) \
-        if fam is not None and "family_id" in fam.columns else []
-    picked = [*families[::max(1, len(families) // 3)][:3], "__leap_probe_unseen__"]
-    types = list(spec.vocab.get("model_type", []))[:2] or ["__leap_probe_type__"]
-    shapes: list[dict[str, Any]] = [
-        {"trainer_count": 1, "batch_size": 32},
-        {"trainer_count": 4, "batch_size": 1024, "devices_per_trainer": 1, "precision": "bf16",
-         "num_params": 3.0e8, "flops_per_sample": 1.8e9},
-    ]
-    jobs = [{"family_id": f, "model_type": types[i % len(types)], **shape}
-            for i, f in enumerate(picked) for shape in shapes]
-    hardware = list(catalog)[:64]
-    return [{**job, "hardware": hw} for job in jobs for hw in hardware]
 
 
 def write_artifact(directory: Path, *, model: Model, snapshot: Snapshot, spec: FeatureSpec,

@@ -9,7 +9,7 @@ of a 20-row block about 3-5x lower, predictions within 1e-14 of LightGBM (tl2cge
 at the price of a slower compile (minutes for ~1,300 trees on 2 cores, once per version).
 
 Compilation is optional (``pip install 'leap[fast]'``); without lleaves, or when the compiled
-code does not reproduce LightGBM on the fixed probe rows (:func:`leap.model.artifact.probe_jobs`)
+code does not reproduce LightGBM on the fixed probe rows (:func:`leap.model.verify.probe_jobs`)
 within :data:`TOLERANCE`, the model keeps scoring with LightGBM and the reason is recorded in
 ``artifact.extra["scoring"]``. The compiled objects are native code written by this process
 (no pickle) under ``<artifact>/compiled/``, keyed by a hash of each booster's text, the
@@ -177,7 +177,7 @@ def compile_artifact(artifact: Artifact, *, build: bool = True) -> str:
 
 def _attach(artifact: Artifact, build: bool) -> str | None:
     from leap.features.encode import base_margin, jobs_frame
-    from leap.model.artifact import probe_jobs
+    from leap.model.verify import probe_jobs
 
     folder = artifact.path / COMPILED_DIR if artifact.path is not None else None
     # One compile at a time: in this process (two reloads) and across the processes of

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import pandas as pd
 from leap import metrics
 from leap.catalog import Catalog
 from leap.data.store import Store
+from leap.data.usage import recorded_device_hours
 from leap.errors import ArtifactError, ModelError, QualityGateError
 from leap.features.encode import (
     NOVELTY_GROUPS,
@@ -48,6 +49,78 @@ from leap.model.window import (
     default_as_of,
     window_attempts,
 )
+from leap.records import Record
+
+
+@dataclass(frozen=True)
+class GroupSummary(metrics.Summary):
+    """The accuracy block of one novelty group, with its share of the rows and the coverage
+    of its intervals (:func:`by_novelty`)."""
+
+    OMIT_NONE = frozenset({"accuracy_gpu_hours", "interval_coverage"})
+
+    share: float = float("nan")
+    interval_coverage: float | None = None
+
+
+@dataclass(frozen=True)
+class HeldOutFigures(Record):
+    """A model's figures on its held-out day (:func:`evaluate`): the standard block over all
+    attempts, seen vs unseen families, and by novelty group; ``masked_pairs``: the same
+    attempts with their own (family, type) history removed. ``unseen_share`` is added by the
+    backtest."""
+
+    OMIT_NONE = frozenset({"accuracy_gpu_hours", "novelty", "interval_coverage",
+                           "masked_pairs", "unseen_share"})
+
+    day: str
+    n: float
+    coverage: float
+    accuracy: float
+    median_ape: float
+    accuracy_gpu_hours: float | None
+    seen_families: metrics.Summary
+    unseen_families: metrics.Summary
+    novelty: dict[str, GroupSummary] | None = None
+    interval_coverage: float | None = None
+    masked_pairs: dict[str, GroupSummary] | None = None
+    unseen_share: float | None = None
+
+
+@dataclass(frozen=True)
+class Window(Record):
+    """A training window: ``[start, end)``, ISO timestamps."""
+
+    start: str
+    end: str
+
+
+@dataclass(frozen=True)
+class WindowMetrics(Record):
+    """What a night's training measured: its rows, its window and its held-out figures
+    (None when the store has no held-out day)."""
+
+    OMIT_NONE = frozenset({"held_out"})
+
+    train_rows: int
+    masked_train_rows: int
+    window: Window
+    held_out: HeldOutFigures | None = None
+
+
+@dataclass(frozen=True)
+class QualityGate(Record):
+    """The publish decision: the new model's held-out accuracy against the current one's on
+    the same day (within ``margin``); ``note`` says why the gate was skipped."""
+
+    OMIT_NONE = frozenset({"note"})
+
+    passed: bool
+    margin: float
+    current_version: str | None
+    current_accuracy: float | None
+    new_accuracy: float | None
+    note: str | None = None
 
 
 @dataclass
@@ -55,16 +128,15 @@ class TrainResult:
     version: str | None
     published: bool
     as_of: datetime
-    metrics: dict[str, Any]
+    metrics: WindowMetrics
     timings: dict[str, float]
-    gate: dict[str, Any]
+    gate: QualityGate
     artifact: Artifact | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "published": self.published,
-                "as_of": self.as_of.isoformat(), "metrics": self.metrics,
-                "timings_s": self.timings, "quality_gate": self.gate}
-
+                "as_of": self.as_of.isoformat(), "metrics": self.metrics.to_dict(),
+                "timings_s": self.timings, "quality_gate": self.gate.to_dict()}
 
 
 def gbm_params(cfg: TrainConfig) -> GBMParams:
@@ -120,52 +192,44 @@ def calibrate_intervals(model: Model, ts: TrainingSet,
                           new_vendor(X, ts.spec.names))
 
 
-def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray,
+def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray, day: str,
              group: np.ndarray | None = None,
-             interval: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
-    """Accuracy block for a held-out day: overall, GPU-hour weighted, seen vs unseen families,
+             interval: tuple[np.ndarray, np.ndarray] | None = None) -> HeldOutFigures:
+    """Figures for a held-out ``day``: overall, GPU-hour weighted, seen vs unseen families,
     and, given each row's novelty ``group``, per group (with the ``interval``'s coverage:
     log-space ``(lo, hi)`` per row)."""
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     pred = np.exp(pred_log)
-    gpu_hours = _gpu_hours(jobs)
-    out: dict[str, Any] = metrics.summary(pred, actual, gpu_hours)
-    out["seen_families"] = metrics.summary(pred[fam_seen], actual[fam_seen])
-    out["unseen_families"] = metrics.summary(pred[~fam_seen], actual[~fam_seen])
-    if group is not None:
-        out["novelty"] = by_novelty(pred_log, np.log(actual), group, interval)
+    every = metrics.summary(pred, actual, recorded_device_hours(jobs))
+    coverage = None
     if interval is not None:
         y = np.log(actual)
-        out["interval_coverage"] = float(((y >= interval[0]) & (y <= interval[1])).mean()) \
+        coverage = float(((y >= interval[0]) & (y <= interval[1])).mean()) \
             if len(y) else float("nan")
-    return out
+    return HeldOutFigures(
+        day=day, n=every.n, coverage=every.coverage, accuracy=every.accuracy,
+        median_ape=every.median_ape, accuracy_gpu_hours=every.accuracy_gpu_hours,
+        seen_families=metrics.summary(pred[fam_seen], actual[fam_seen]),
+        unseen_families=metrics.summary(pred[~fam_seen], actual[~fam_seen]),
+        novelty=None if group is None else by_novelty(pred_log, np.log(actual), group, interval),
+        interval_coverage=coverage)
 
 
 def by_novelty(pred_log: np.ndarray, y: np.ndarray, group: np.ndarray,
                interval: tuple[np.ndarray, np.ndarray] | None = None
-               ) -> dict[str, dict[str, float]]:
+               ) -> dict[str, GroupSummary]:
     """Accuracy, MdAPE, share of rows and interval coverage per novelty group (log inputs)."""
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, GroupSummary] = {}
     cover = coverage_by_group(y, *interval, group) if interval is not None else {}
     for i, name in enumerate(NOVELTY_GROUPS):
         m = group == i
         if not m.any():
             continue
         block = metrics.summary(np.exp(pred_log[m]), np.exp(y[m]))
-        block["share"] = float(m.mean())
-        if name in cover:
-            block["interval_coverage"] = cover[name]["coverage"]
-        out[name] = block
+        out[name] = GroupSummary(**block.to_dict(), share=float(m.mean()),
+                                 interval_coverage=cover[name]["coverage"]
+                                 if name in cover else None)
     return out
-
-
-def _gpu_hours(jobs: pd.DataFrame) -> np.ndarray | None:
-    if "duration_hours" not in jobs.columns:
-        return None
-    devices = jobs["trainer_count"].to_numpy(dtype=np.float64) * (
-        jobs["devices_per_trainer"].fillna(1).to_numpy(dtype=np.float64)
-        if "devices_per_trainer" in jobs.columns else 1.0)
-    return jobs["duration_hours"].fillna(0).to_numpy(dtype=np.float64) * devices
 
 
 def family_seen(snapshot: Snapshot, jobs: pd.DataFrame) -> np.ndarray:
@@ -185,7 +249,7 @@ class WindowModel:
     as_of: datetime
     cfg: TrainConfig
     artifact: Artifact
-    metrics: dict[str, Any]
+    metrics: WindowMetrics
     timings: dict[str, float]
     eval_jobs: pd.DataFrame
     eval_pred_log: np.ndarray
@@ -219,13 +283,10 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
     timings["fit_s"] = time.perf_counter() - t0
     if progress:
         progress("fit", 1, 1)
-    window = {"start": (as_of - timedelta(days=cfg.window_days)).isoformat(),
-              "end": as_of.isoformat()}
-    result_metrics: dict[str, Any] = {"train_rows": len(ts.y),
-                                      "masked_train_rows": int(ts.masked.sum()),
-                                      "window": window}
+    window = Window(start=(as_of - timedelta(days=cfg.window_days)).isoformat(),
+                    end=as_of.isoformat())
     manifest = {"version": "unpublished", "as_of": as_of.isoformat(),
-                "window_start": window["start"], "window_end": window["end"],
+                "window_start": window.start, "window_end": window.end,
                 "window_days": cfg.window_days, "lookback_days": cfg.lookback_days,
                 "train_config": asdict(cfg), "fallback_log_throughput": ts.fallback_log_tp,
                 "model_kind": model.kind}
@@ -233,6 +294,7 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
                         snapshot=ts.serving_snapshot, spec=ts.spec, catalog=catalog,
                         intervals=intervals)
     pred = np.empty(0)
+    held = None
     if len(ts.eval_jobs):
         pred = artifact.predict_rows(ts.eval_X)  # the one prediction path
         seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
@@ -240,7 +302,8 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
         if intervals is not None:
             lo, hi = intervals.offsets(ts.eval_group, new_vendor(ts.eval_X, ts.spec.names))
             interval = (pred + lo, pred + hi)
-        held = evaluate(pred, ts.eval_jobs, seen, ts.eval_group, interval)
+        held = evaluate(pred, ts.eval_jobs, seen, as_of.date().isoformat(), ts.eval_group,
+                        interval)
         if len(ts.eval_masked_rows):
             # The held-out day's rows again, each with its own (family, type) history
             # removed: how leap does on types a family never ran on, against measured truth.
@@ -252,9 +315,10 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
             if intervals is not None:
                 lo_m, hi_m = intervals.offsets(g, new_vendor(Xm, ts.spec.names))
                 masked_interval = (pm + lo_m, pm + hi_m)
-            held["masked_pairs"] = by_novelty(pm, ym, g, masked_interval)
-        result_metrics["held_out"] = {"day": as_of.date().isoformat(), **held}
-    manifest["metrics"] = result_metrics
+            held = replace(held, masked_pairs=by_novelty(pm, ym, g, masked_interval))
+    result_metrics = WindowMetrics(train_rows=len(ts.y), masked_train_rows=int(ts.masked.sum()),
+                                   window=window, held_out=held)
+    manifest["metrics"] = result_metrics.to_dict()
     return WindowModel(as_of, cfg, artifact, result_metrics, timings, ts.eval_jobs, pred)
 
 
@@ -312,22 +376,22 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
         wm = fit_window(ts, catalog, as_of, cfg, progress)
         del ts
         timings = {"load_s": load_s, **wm.timings}
-    held = wm.metrics.get("held_out")
-    new_acc = float(held["accuracy"]) if held else None
+    held = wm.metrics.held_out
+    new_acc = held.accuracy if held else None
     gate = _quality_gate(registry, wm.eval_jobs, new_acc, cfg.quality_margin)
     timings["total_s"] = time.perf_counter() - t_start
     if not publish:
         return TrainResult(None, False, as_of, wm.metrics, timings, gate, wm.artifact)
-    if not gate["passed"] and not force:
+    if not gate.passed and not force:
         raise QualityGateError(
             f"refusing to publish: held-out accuracy {new_acc:.3f} is more than "
-            f"{cfg.quality_margin:.3f} below the current model {gate['current_version']} "
-            f"({gate['current_accuracy']:.3f}) on {as_of:%Y-%m-%d}; inspect the data, or "
+            f"{cfg.quality_margin:.3f} below the current model {gate.current_version} "
+            f"({gate.current_accuracy:.3f}) on {as_of:%Y-%m-%d}; inspect the data, or "
             "publish anyway with {force}")
 
     version = registry.new_version(as_of)
     staged = registry.staging_dir(version)
-    info = {**wm.artifact.manifest, "version": version, "quality_gate": gate}
+    info = {**wm.artifact.manifest, "version": version, "quality_gate": gate.to_dict()}
     info.pop("model_kind", None)
     try:
         write_artifact(staged, model=wm.artifact.model, snapshot=wm.artifact.snapshot,
@@ -342,23 +406,18 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
 
 
 def _quality_gate(registry: Registry, eval_jobs: pd.DataFrame, new_acc: float | None,
-                  margin: float) -> dict[str, Any]:
+                  margin: float) -> QualityGate:
     current = registry.latest_version()
-    gate: dict[str, Any] = {"passed": True, "margin": margin, "current_version": current,
-                            "current_accuracy": None, "new_accuracy": new_acc}
+    skipped = QualityGate(passed=True, margin=margin, current_version=current,
+                          current_accuracy=None, new_accuracy=new_acc)
     if current is None:
-        gate["note"] = "no published model yet"
-        return gate
+        return replace(skipped, note="no published model yet")
     if new_acc is None or len(eval_jobs) == 0:
-        gate["note"] = "no held-out day in the store; gate skipped"
-        return gate
+        return replace(skipped, note="no held-out day in the store; gate skipped")
     try:
         art = registry.load(current)
         pred = art.predict(eval_jobs)
     except (ArtifactError, ModelError) as exc:
-        gate["note"] = f"current model unusable ({exc}); gate skipped"
-        return gate
+        return replace(skipped, note=f"current model unusable ({exc}); gate skipped")
     cur_acc = metrics.accuracy(pred, eval_jobs["throughput"].to_numpy(dtype=np.float64))
-    gate["current_accuracy"] = cur_acc
-    gate["passed"] = bool(new_acc >= cur_acc - margin)
-    return gate
+    return replace(skipped, current_accuracy=cur_acc, passed=bool(new_acc >= cur_acc - margin))

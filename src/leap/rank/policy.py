@@ -1,8 +1,37 @@
 """The ranking policy: exclusions, the premium rule, flags and the order under a risk rule.
 
 :func:`rank_rows` turns one job's encoded rows and their predictions into the preference list
-and the left-out types (see :mod:`leap.rank.ranker` for every rule); :func:`order_ranking`
-orders it under a risk rule and :func:`fold_availability` moves types without room last.
+and the left-out types (the fields of each entry: :mod:`leap.rank.ranker`);
+:func:`order_ranking` orders it under a risk rule and :func:`fold_availability` moves types
+without room last.
+
+Premium types (``premium = true`` in the cost catalog) are kept only when one rule passes,
+and the entry's flags say which: with ``flops_per_sample``, MFU must reach the type's
+``min_utilization`` (catalog, overridable per type with ``min_utilization=``) ->
+``premium_kept_mfu``; without it, the speed-up must reach ``premium_min_speedup`` (default
+1.25, overridable per type with ``min_speedup=``) -> ``premium_kept_speedup``. Otherwise the
+type is excluded with reason ``premium_below_threshold``.
+
+Other exclusions, each listed with a reason and a detail: ``unknown_hardware`` (the model's
+catalog does not have the type, or it is in no catalog at all when not ``strict``),
+``invalid_cost`` (a cost of 0 in the catalog), ``does_not_fit_host`` (more devices per trainer
+than the type has per host), ``does_not_fit_memory`` (the learner's physics estimate
+``mem_fit`` > 1, and the family never succeeded on a type with at least that much device
+memory: history overrules the conservative estimate) and ``over_budget`` (``cost_per_hour``
+above ``max_cost_per_hour``). Flags: ``missing_family_history``, ``missing_hardware_history``
+(the family never ran on the type in the history window), ``memory_fit_unknown`` (no
+``num_params``), ``utilization_above_peak`` (MFU > 1: check ``flops_per_sample``),
+``premium_kept_mfu``, ``premium_kept_speedup``, ``no_free_devices`` (with ``free_devices=``:
+the type has too few free devices for the job now; it is ordered after the types with room).
+When every candidate is left out the ranking is empty and ``reason`` is
+``"no_eligible_type: ..."`` (an empty answer always says why; this one is not a failure and is
+not counted as fail-open).
+
+Objectives: ``value`` (default) sorts by value; ``throughput`` sorts by predicted throughput
+(fastest within an optional ``max_cost_per_hour`` budget). Ties break by name, so the order
+never depends on the order of the candidates. The ``risk`` rule (:func:`order_ranking`) says
+how the 80% intervals enter: ``cautious`` (default) keeps the cheapest type first unless a
+dearer one beats it confidently, ``neutral`` sorts by the median, ``averse`` by the low end.
 """
 
 from __future__ import annotations

@@ -43,10 +43,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from leap import __version__
 from leap.catalog import Catalog
 from leap.errors import CatalogError, LeapError
-from leap.eval.monitor import MonitorCollector
 from leap.rank.decisions import DecisionLog
 from leap.rank.ranker import Ranker
 from leap.serve.metrics import DecisionCollector, RankerCollector
+from leap.serve.monitor import MonitorCollector
 from leap.serve.payloads import (
     ErrorResponse,
     Health,

@@ -2,7 +2,7 @@
 
 Sections: the model in use (version, training window, held-out accuracy, history snapshot
 date), the nightly accuracy of every published version, the live figures of
-:mod:`leap.eval.monitor` (with a plot), the fail-open and decision-log counts, and a form
+:mod:`leap.serve.monitor` (with a plot), the fail-open and decision-log counts, and a form
 (plain ``GET``) that ranks a job and shows its preference list.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 
 from leap import __version__
 from leap.errors import LeapError
-from leap.eval.monitor import MonitorCollector
-from leap.eval.report import si
+from leap.metrics import si
 from leap.rank.decisions import DecisionLog
 from leap.rank.ranker import Ranker
 from leap.rank.serving import ModelWatcher
+from leap.serve.monitor import MonitorCollector
 
 DASHBOARD_PATHS = ("/", "/dashboard/nightly.png", "/dashboard/live.png")
 EXAMPLE_JOB = {"family_id": "ads-ranker-daily", "model_type": "dlrm-large", "trainer_count": 4,

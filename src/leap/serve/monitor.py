@@ -34,10 +34,10 @@ import pandas as pd
 
 from leap.data.store import Store
 from leap.data.usage import device_hours, usable_mask
-from leap.eval.records import Record
 from leap.metrics import TOLERANCE
 from leap.rank.decisions import read_decisions
 from leap.rank.results import value
+from leap.records import Record
 
 DEFAULT_MATCH_WINDOW = timedelta(hours=1)
 #: The figures of each day, in report order (also the Prometheus gauges, ``leap_monitor_*``).
