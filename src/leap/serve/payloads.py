@@ -14,11 +14,26 @@ what it does not know). ``leap rank --json`` prints the same response object.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from leap.data.schema import JOB_BOUNDS, MAX_BATCH_SIZE, MAX_COUNT, MAX_SIZE
+from leap.data.schema import JOB_BOUNDS, MAX_BATCH_SIZE, MAX_COUNT, MAX_SIZE, PRECISIONS
+from leap.rank.formats import SCHEDULER_FORMATS
+from leap.rank.results import OBJECTIVES, RISKS
+
+# The allowed values come from their one source (the job schema, the ranker's vocabulary,
+# the scheduler formats); pydantic validates and documents them as these literals.
+if TYPE_CHECKING:
+    Precision: TypeAlias = str
+    Objective: TypeAlias = str
+    Risk: TypeAlias = str
+    OutputFormat: TypeAlias = str
+else:
+    Precision = Literal[PRECISIONS]
+    Objective = Literal[OBJECTIVES]
+    Risk = Literal[RISKS]
+    OutputFormat = Literal[("json", *SCHEDULER_FORMATS)]
 
 HardwareName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 _Name = Annotated[str, StringConstraints(min_length=1, max_length=512)]
@@ -69,7 +84,7 @@ class Job(BaseModel):
     seq_len: float | None = _size("Sequence length.")
     num_dense_features: float | None = _size("Dense input features.")
     num_sparse_features: float | None = _size("Sparse input features.")
-    precision: Literal["fp32", "tf32", "bf16", "fp16", "fp8"] | None = Field(
+    precision: Precision | None = Field(
         None, description="Training precision (selects the peak FLOP/s).")
     devices_per_trainer: int | None = _count("Accelerators per trainer (default 1).")
     data_parallel: int | None = _count("Data-parallel degree.")
@@ -107,13 +122,13 @@ class RankRequest(BaseModel):
         None, min_length=1, max_length=1024,
         description="Eligible types (default: every type in the cost catalog). An unknown "
         "name is a 422 with a suggestion.")
-    objective: Literal["value", "throughput"] = Field(
+    objective: Objective = Field(
         "value", description="value: samples per unit cost; throughput: fastest (within "
         "max_cost_per_hour when given).")
     max_cost_per_hour: float | None = Field(
         None, gt=0, le=1e12, allow_inf_nan=False,
         description="Budget: types whose cost per hour exceeds it are excluded.")
-    risk: Literal["neutral", "cautious", "averse"] = Field(
+    risk: Risk = Field(
         "cautious", description="cautious (default): keep the cheapest type first unless a "
         "dearer one's predicted value gain is confident given the 80% intervals; neutral: "
         "order by the median prediction; averse: by the lower bound of each type's 80% "
@@ -122,7 +137,7 @@ class RankRequest(BaseModel):
         Field(None, max_length=1024, description="Devices of each type free for this job now "
               "(optional, e.g. from the scheduler). A type with fewer than the job needs is "
               "kept, flagged no_free_devices, after every type with room.")
-    format: Literal["json", "skypilot", "kubernetes", "slurm"] = Field(
+    format: OutputFormat = Field(
         "json", description="Also render the preference list in a scheduler's format "
         "(response field `formatted`): skypilot (resources.ordered), kubernetes (pod "
         "nodeAffinity preferences by weight), slurm (#SBATCH --gres/--constraint per choice).")
