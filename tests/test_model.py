@@ -22,7 +22,13 @@ from leap.errors import ArtifactError, ModelError, QualityGateError
 from leap.features.encode import FEATURE_VERSION, FeatureSpec, encode, jobs_frame
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.model.artifact import Registry, load_artifact, write_artifact
-from leap.model.cascade import CascadeModel, GBMParams, GlobalModel, model_from_files
+from leap.model.cascade import (
+    CascadeModel,
+    GBMParams,
+    GlobalModel,
+    NoveltySplitModel,
+    model_from_files,
+)
 from leap.model.parity import check_parity
 from leap.model.train import train_nightly
 from leap.model.window import build_training_set, load_attempts
@@ -137,6 +143,47 @@ def test_cascade_routes_rows_to_their_range_and_predicts_the_median() -> None:
     again = model_from_files(model.to_files())
     np.testing.assert_array_equal(again.predict(Xt, base=np.zeros(len(yt))),
                                   model.predict(Xt, base=np.zeros(len(yt))))
+
+
+def test_the_novel_models_correction_is_scaled_by_what_the_validation_day_supports() -> None:
+    # Columns: a signal x, the pair history count, the family history count. Masked rows (the
+    # family's own history on the type removed) teach the novel model a correction of 0.8 x;
+    # on the validation day's novel rows as they came, families that ran elsewhere get none of
+    # it (their level is the base margin) while new families get all of it.
+    rng = np.random.default_rng(0)
+
+    def rows(n: int, pair: bool, fam: bool, gets: float) -> tuple[np.ndarray, np.ndarray]:
+        x = rng.normal(size=n)
+        X = np.column_stack([x, np.full(n, 3.0 if pair else np.nan),
+                             np.full(n, 5.0 if fam else np.nan)])
+        return X, gets * 0.8 * x + rng.normal(scale=0.01, size=n)
+
+    parts = [rows(3000, True, True, 0.0), rows(3000, False, True, 1.0),
+             rows(3000, False, False, 1.0)]
+    X = np.vstack([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    masked = np.r_[np.zeros(3000, bool), np.ones(6000, bool)]
+    # Most validation rows want the correction, so early stopping keeps it.
+    (Xa, ya), (Xb, yb) = rows(400, False, True, 0.0), rows(1600, False, False, 1.0)
+    Xv, yv = np.vstack([Xa, Xb]), np.r_[ya, yb]
+    fast = GBMParams(num_leaves=7, max_rounds=60, learning_rate=0.3, min_data_in_leaf=20)
+    model = NoveltySplitModel(seen=GlobalModel(params=fast), novel=GlobalModel(params=fast))
+    model.fit(X, y, base=np.zeros(len(y)), feature_names=["x", "fam_hw_n", "fam_n"],
+              categorical=[], masked=masked,
+              val=(Xv, yv, np.zeros(len(yv)), np.zeros(len(yv), bool)))
+    assert model.shrink_ == {"pair": 0.0, "new_family": 1.0}
+    pred = model.predict(Xv, base=np.zeros(len(yv)))
+    assert np.all(pred[:400] == 0.0)  # the base margin alone
+    assert np.median(np.abs(pred[400:] - yb)) < 0.1  # the full correction
+    again = model_from_files(model.to_files())
+    assert isinstance(again, NoveltySplitModel) and again.shrink_ == model.shrink_
+    np.testing.assert_array_equal(again.predict(Xv, base=np.zeros(len(yv))), pred)
+    # A model written before the shrink was fitted keeps its correction whole.
+    files = model.to_files()
+    meta = json.loads(files["model.json"])
+    del meta["shrink"]
+    old = model_from_files({**files, "model.json": json.dumps(meta)})
+    assert isinstance(old, NoveltySplitModel) and old.shrink_ == {}
 
 
 def test_unfitted_model_refuses_to_predict() -> None:

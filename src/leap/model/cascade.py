@@ -20,9 +20,16 @@ import lightgbm as lgb
 import numpy as np
 
 from leap.errors import ArtifactError, ModelError
+from leap.metrics import accuracy
 
 #: Below this many rows, prediction runs on one thread.
 PARALLEL_ROWS = 2000
+#: Shares of the novel model's correction (over the base margin) tried per kind of novel row;
+#: :meth:`NoveltySplitModel.fit` keeps the one most accurate on the validation day's rows as
+#: they came (0: the history-adjusted estimate alone, 1: the model as fitted).
+SHRINK_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: Validation rows a kind of novel row needs before its share is chosen (else 1).
+SHRINK_MIN_ROWS = 100
 #: A compiled booster (:mod:`leap.model.compiled`): rows in, the booster's own predictions out.
 Scorer = Callable[[np.ndarray], np.ndarray]
 
@@ -353,6 +360,12 @@ class NoveltySplitModel(_Fitted):
     go to ``novel``, trained on such rows plus rows whose own pair history was masked
     (:func:`leap.model.window.masked_rows`). Training one model on both mixes costs the rows
     with history accuracy; the split keeps each model on the mix it serves.
+
+    Masked rows are families on types they did choose; the types a family never chose are
+    another mix, on which the novel model's correction can move the history-adjusted
+    estimate the wrong way. So its correction is scaled, per kind of novel row (``pair``: the
+    family ran on other types; ``new_family``), by the share of :data:`SHRINK_GRID` most
+    accurate on the validation rows as they came (``shrink_``; never chosen on masked rows).
     """
 
     kind = "split"
@@ -363,6 +376,7 @@ class NoveltySplitModel(_Fitted):
         self.seen = seen
         self.novel = novel
         self.pair_feature = pair_feature
+        self.shrink_: dict[str, float] = {}
 
     def fit(self, X: np.ndarray, y: np.ndarray, *, base: np.ndarray, feature_names: list[str],
             categorical: list[str], masked: np.ndarray,
@@ -388,22 +402,57 @@ class NoveltySplitModel(_Fitted):
             part.fit(X, y, base=base, feature_names=feature_names, categorical=categorical,
                      val=v, train=rows, fitter=fitter)
         self.fitted_ = True
+        if val is not None:
+            self.shrink_ = self._choose_shrink(val[0][~val[3]], val[1][~val[3]],
+                                               val[2][~val[3]])
         return self
 
+    def _kinds(self, X: np.ndarray) -> dict[str, np.ndarray]:
+        """The novel rows of ``X`` by kind: ``pair`` (family history elsewhere) and
+        ``new_family`` (none); all of them as ``pair`` without a family-history column."""
+        novel = ~np.isfinite(X[:, self._col])
+        if "fam_n" not in self.feature_names_:
+            return {"pair": novel}
+        fam = np.isfinite(X[:, self.feature_names_.index("fam_n")])
+        return {"pair": novel & fam, "new_family": novel & ~fam}
+
+    def _choose_shrink(self, X: np.ndarray, y: np.ndarray, base: np.ndarray
+                       ) -> dict[str, float]:
+        """Per kind of novel row, the share of the correction most accurate on these rows
+        (the validation day as it came); ties go to the larger share."""
+        out: dict[str, float] = {}
+        for kind, m in self._kinds(X).items():
+            if m.sum() < SHRINK_MIN_ROWS:
+                continue
+            b = base[m]
+            full = self.novel.predict(X[m], base=b)
+            actual = np.exp(y[m])
+            scores = [accuracy(np.exp(b + s * (full - b)), actual) for s in SHRINK_GRID]
+            best = max(range(len(SHRINK_GRID)), key=lambda i: (scores[i], i))
+            out[kind] = SHRINK_GRID[best]
+        return out
+
     def predict(self, X: np.ndarray, *, base: np.ndarray) -> np.ndarray:
-        """Predicted log throughput per row, each from the model of its kind of row."""
+        """Predicted log throughput per row, each from the model of its kind of row (the
+        novel model's correction scaled by ``shrink_``)."""
         self._check_fitted()
         out = np.empty(len(X), dtype=np.float64)
         novel = ~np.isfinite(X[:, self._col])
         for part, m in ((self.seen, ~novel), (self.novel, novel)):
             if m.any():
                 out[m] = part.predict(X[m], base=base[m])
+        if self.shrink_ and novel.any():
+            for kind, m in self._kinds(X).items():
+                s = self.shrink_.get(kind, 1.0)
+                if s != 1.0 and m.any():
+                    out[m] = base[m] + s * (out[m] - base[m])
         return out
 
     def to_files(self) -> dict[str, str]:
         self._check_fitted()
         files = {"model.json": json.dumps({"kind": self.kind, "pair_feature": self.pair_feature,
-                                           "feature_names": self.feature_names_}, indent=2)}
+                                           "feature_names": self.feature_names_,
+                                           "shrink": self.shrink_}, indent=2)}
         for name in self.PARTS:
             for fname, text in getattr(self, name).to_files().items():
                 files[f"{name}.{fname}"] = text
@@ -422,6 +471,7 @@ class NoveltySplitModel(_Fitted):
         m = cls(seen=parts["seen"], novel=parts["novel"], pair_feature=meta["pair_feature"])
         m.feature_names_ = meta["feature_names"]
         m._col = m.feature_names_.index(m.pair_feature)
+        m.shrink_ = {str(k): float(v) for k, v in meta.get("shrink", {}).items()}
         m.fitted_ = True
         return m
 
