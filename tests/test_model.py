@@ -22,14 +22,9 @@ from leap.errors import ArtifactError, ModelError, QualityGateError
 from leap.features.encode import FEATURE_VERSION, FeatureSpec, encode, jobs_frame
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.model.artifact import Registry, load_artifact, write_artifact
-from leap.model.cascade import (
-    CascadeModel,
-    GBMParams,
-    GlobalModel,
-    NoveltySplitModel,
-    model_from_files,
-)
+from leap.model.cascade import CascadeModel, GBMParams, GlobalModel
 from leap.model.parity import check_parity
+from leap.model.split import NoveltySplitModel, model_from_files
 from leap.model.train import train_nightly
 from leap.model.window import build_training_set, load_attempts
 
@@ -149,7 +144,7 @@ def test_the_novel_models_correction_is_scaled_by_what_the_validation_day_suppor
     # Columns: a signal x, the pair history count, the family history count. Masked rows (the
     # family's own history on the type removed) teach the novel model a correction of 0.8 x;
     # on the validation day's novel rows as they came, families that ran elsewhere get none of
-    # it (their level is the base margin) while new families get all of it.
+    # it (their level is the base margin). New families keep the whole correction.
     rng = np.random.default_rng(0)
 
     def rows(n: int, pair: bool, fam: bool, gets: float) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +166,7 @@ def test_the_novel_models_correction_is_scaled_by_what_the_validation_day_suppor
     model.fit(X, y, base=np.zeros(len(y)), feature_names=["x", "fam_hw_n", "fam_n"],
               categorical=[], masked=masked,
               val=(Xv, yv, np.zeros(len(yv)), np.zeros(len(yv), bool)))
-    assert model.shrink_ == {"pair": 0.0, "new_family": 1.0}
+    assert model.shrink_ == 0.0
     pred = model.predict(Xv, base=np.zeros(len(yv)))
     assert np.all(pred[:400] == 0.0)  # the base margin alone
     assert np.median(np.abs(pred[400:] - yb)) < 0.1  # the full correction
@@ -183,7 +178,7 @@ def test_the_novel_models_correction_is_scaled_by_what_the_validation_day_suppor
     meta = json.loads(files["model.json"])
     del meta["shrink"]
     old = model_from_files({**files, "model.json": json.dumps(meta)})
-    assert isinstance(old, NoveltySplitModel) and old.shrink_ == {}
+    assert isinstance(old, NoveltySplitModel) and old.shrink_ == 1.0
 
 
 def test_unfitted_model_refuses_to_predict() -> None:

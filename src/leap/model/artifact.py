@@ -40,8 +40,8 @@ from leap.features.encode import (
     novelty,
 )
 from leap.features.history import Snapshot
-from leap.model.cascade import Model, model_from_files
 from leap.model.intervals import IntervalCalibrator
+from leap.model.split import Model, model_from_files
 from leap.model.verify import probe_jobs
 
 ARTIFACT_VERSION = 1

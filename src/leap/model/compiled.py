@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from leap.model.cascade import PARALLEL_ROWS, Scorer, best_iteration, boosters, set_scorers
+from leap.model.cascade import PARALLEL_ROWS, Scorer, best_iteration
+from leap.model.split import boosters, set_scorers
 
 if TYPE_CHECKING:
     from leap.model.artifact import Artifact

@@ -30,15 +30,9 @@ from leap.features.encode import (
 )
 from leap.features.history import LEVELS, Snapshot
 from leap.model.artifact import Artifact, Registry, write_artifact
-from leap.model.cascade import (
-    CascadeModel,
-    Fitter,
-    GBMParams,
-    GlobalModel,
-    Model,
-    NoveltySplitModel,
-)
+from leap.model.cascade import CascadeModel, Fitter, GBMParams, GlobalModel
 from leap.model.intervals import IntervalCalibrator, coverage_by_group
+from leap.model.split import Model, NoveltySplitModel
 from leap.model.window import (
     EncodeCache,
     Progress,
