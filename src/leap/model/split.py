@@ -60,8 +60,7 @@ class NoveltySplitModel(Fitted):
         ``(X, y, base, masked)`` of the early-stopping rows; ``train`` (default: all) marks
         the rows of ``X`` to fit on, so the caller need not copy them out first.
         """
-        self.feature_names_ = list(feature_names)
-        self._col = self.feature_names_.index(self.pair_feature)
+        self._set_columns(feature_names)
         train = np.ones(len(y), dtype=bool) if train is None else train
         novel = ~np.isfinite(np.asarray(X[:, self._col]))
         for part, rows, val_rows in (
@@ -78,13 +77,19 @@ class NoveltySplitModel(Fitted):
                                                val[2][~val[3]])
         return self
 
+    def _set_columns(self, feature_names: list[str]) -> None:
+        """The feature names, and the positions of the pair and family history counts (the
+        latter -1 without a family-history column)."""
+        self.feature_names_ = list(feature_names)
+        self._col = self.feature_names_.index(self.pair_feature)
+        self._fam_col = self.feature_names_.index("fam_n") if "fam_n" in feature_names else -1
+
     def _elsewhere(self, X: np.ndarray) -> np.ndarray:
         """Rows of ``X`` on a type their family never ran on, where it ran on others (none
         without a family-history column)."""
-        if "fam_n" not in self.feature_names_:
+        if self._fam_col < 0:
             return np.zeros(len(X), dtype=bool)
-        return ~np.isfinite(X[:, self._col]) & np.isfinite(
-            X[:, self.feature_names_.index("fam_n")])
+        return ~np.isfinite(X[:, self._col]) & np.isfinite(X[:, self._fam_col])
 
     def _choose_shrink(self, X: np.ndarray, y: np.ndarray, base: np.ndarray) -> float:
         """The share of the novel model's correction most accurate on these rows (the
@@ -133,8 +138,7 @@ class NoveltySplitModel(Fitted):
                 raise ArtifactError("a split model cannot nest another split model")
             parts[name] = part
         m = cls(seen=parts["seen"], novel=parts["novel"], pair_feature=meta["pair_feature"])
-        m.feature_names_ = meta["feature_names"]
-        m._col = m.feature_names_.index(m.pair_feature)
+        m._set_columns(meta["feature_names"])
         m.shrink_ = float(meta.get("shrink", 1.0))
         m.fitted_ = True
         return m
