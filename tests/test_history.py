@@ -6,8 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from leap.features.history import HistoryBuilder
+import leap.features.history as history_module
+from leap.catalog import Catalog
+from leap.features.history import HistoryBuilder, prepare_history
 
 
 def _history(n: int, seed: int = 0) -> pd.DataFrame:
@@ -47,3 +50,29 @@ def test_snapshots_do_not_depend_on_the_thread_count() -> None:
     expected = hist[window].groupby(
         ["family_id", "hardware"])["y"].std().fillna(0.0).sort_index().to_numpy()
     np.testing.assert_allclose(sd, expected, atol=1e-8)
+
+
+def test_history_is_reduced_in_chunks_with_the_same_result(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks are filtered one at a time (no filtered copy of the whole window); a chunk with
+    no usable row adds nothing and changes no column's type."""
+    n = 40
+    at = pd.to_datetime(datetime(2026, 1, 1, tzinfo=UTC)) + pd.to_timedelta(np.arange(n), "h")
+    attempts = pd.DataFrame({
+        "attempt_id": [f"a{i}" for i in range(n)], "family_id": [f"f{i % 3}" for i in range(n)],
+        "model_type": "mt", "model_category": "llm", "precision": "bf16",
+        "hardware": np.where(np.arange(n) % 2 == 0, "H100-SXM", "A100-SXM4-80GB"),
+        "trainer_count": 1 + np.arange(n) % 4, "devices_per_trainer": 8, "batch_size": 32,
+        "num_params": 1e9, "flops_per_sample": 6e12, "submitted_at": at,
+        # Rows 10-19 failed: with chunks of 10, one chunk has nothing usable.
+        "status": np.where((np.arange(n) >= 10) & (np.arange(n) < 20), "failed", "succeeded"),
+        "throughput": np.where((np.arange(n) >= 10) & (np.arange(n) < 20), np.nan,
+                               100.0 + np.arange(n))})
+    cat = Catalog.default()
+    whole = prepare_history(attempts, cat)
+    monkeypatch.setattr(history_module, "PREPARE_CHUNK_ROWS", 10)
+    chunked = prepare_history(attempts, cat)
+    pd.testing.assert_frame_equal(chunked, whole)
+    assert len(whole) == 30
+    none = prepare_history(attempts.assign(status="failed"), cat)
+    assert none.empty and list(none.columns) == list(whole.columns)

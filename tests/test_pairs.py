@@ -302,3 +302,18 @@ def test_the_schedule_reads_only_the_two_weeks_before_the_last_refit_day(
     assert fresh(served).fingerprint() != a.fingerprint()
     assert PairSchedule(late, CAT, FAST, fresh_at=served)(served).fingerprint() \
         != fresh(served).fingerprint()
+
+
+def test_the_schedule_fits_the_usable_attempts_of_an_unfiltered_window(
+        attempts: pd.DataFrame) -> None:
+    """Given failed attempts too (a window as loaded, held without a filtered copy), each fit
+    reads the usable ones alone: the same model as from the filtered rows."""
+    spread = attempts.copy()
+    spread["submitted_at"] = AS_OF - pd.to_timedelta(np.arange(len(spread)) % 20, unit="D") \
+        - pd.Timedelta(hours=1)
+    failed = spread.iloc[::3].assign(status="failed", throughput=np.nan,
+                                     attempt_id=lambda f: f["attempt_id"] + "-x")
+    raw = pd.concat([spread, failed]).sort_values("submitted_at", kind="stable")
+    t = datetime(2026, 1, 15, 13, tzinfo=UTC)
+    a, b = PairSchedule(spread, CAT, FAST)(t), PairSchedule(raw, CAT, FAST)(t)
+    assert a is not None and b is not None and a.fingerprint() == b.fingerprint()

@@ -86,6 +86,27 @@ def test_round_trip_keeps_values_and_types(store: Store) -> None:
     assert back.column("model_category").null_count == 6
 
 
+def test_a_large_read_hands_duckdb_memory_back_and_keeps_the_limit(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import leap.data.store as store_module
+
+    def limit() -> str:
+        return str(store.con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+
+    default = limit()
+    store.add_batch(make_rows(40), no_bad(), source="t")
+    released: list[bool] = []
+    real = Store.release_memory
+    monkeypatch.setattr(Store, "release_memory", lambda s: (released.append(True), real(s)))
+    store.attempts()
+    assert released == []  # a small read keeps DuckDB's cache
+    monkeypatch.setattr(store_module, "RELEASE_ROWS", 40)
+    first = store.attempts()
+    assert released == [True]
+    assert limit() == default  # the limit is back where it was
+    assert store.attempts().equals(first)  # and the store reads the same after it
+
+
 def test_quarantined_rows_are_stored_once_with_source(store: Store) -> None:
     bad = pa.table({"source": [None, "other.csv"], "row_number": [3, 7],
                     "reason": ["r1", "r2"], "record": ['{"a":1}', '{"b":2}']})

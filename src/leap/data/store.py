@@ -125,6 +125,12 @@ def read_attempts(con: duckdb.DuckDBPyConnection, source: str, start: datetime |
     return table.cast(schema) if not table.schema.equals(schema) else table
 
 
+#: Reads of at least this many attempts hand DuckDB's cached memory back at once
+#: (:meth:`Store.release_memory`): after a training window of 3.1 million attempts it held
+#: 0.9 GiB more than the table it returned, for as long as the store stayed open.
+RELEASE_ROWS = 500_000
+
+
 class Batch:
     """One open write transaction on a :class:`Store` (see :meth:`Store.batch`)."""
 
@@ -412,7 +418,18 @@ class Store:
         ...     store.attempts(columns=["attempt_id", "throughput"]).column_names
         ['attempt_id', 'throughput']
         """
-        return read_attempts(self.con, "attempts", start, end, columns)
+        table = read_attempts(self.con, "attempts", start, end, columns)
+        if table.num_rows >= RELEASE_ROWS:
+            self.release_memory()
+        return table
+
+    def release_memory(self) -> None:
+        """Hand back what DuckDB keeps after a query: the table blocks it cached and its
+        allocator's free memory, up to its memory limit (80% of RAM) otherwise. Lowering the
+        limit for a moment evicts and flushes them; the limit is then reset (leap never
+        sets it)."""
+        self.con.execute("SET memory_limit = '32MB'")
+        self.con.execute("RESET memory_limit")
 
     def quarantined(self, limit: int | None = None) -> pa.Table:
         """Quarantined rows, newest batch first: batch_id, source, row_number, reason, record."""

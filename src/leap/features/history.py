@@ -112,15 +112,18 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Reduce attempts to what history needs: succeeded rows with ``y`` and residual ``r``.
 
     Rows whose hardware is not in ``catalog`` are dropped (they cannot be scored anyway).
-    Each row is reduced on its own, so a large window is reduced in chunks of
-    :data:`PREPARE_CHUNK_ROWS` (the same result, a bounded peak).
+    Each row is filtered and reduced on its own, so a large window is reduced in chunks of
+    :data:`PREPARE_CHUNK_ROWS` (the same result, a bounded peak: no filtered copy of the
+    whole window is made).
     """
-    ok = usable_attempts(attempts, catalog)
-    if len(ok) <= PREPARE_CHUNK_ROWS:
-        return _prepare_rows(ok, catalog)
-    return pd.concat([_prepare_rows(ok.iloc[i:i + PREPARE_CHUNK_ROWS].reset_index(drop=True),
-                                    catalog)
-                      for i in range(0, len(ok), PREPARE_CHUNK_ROWS)], ignore_index=True)
+    if len(attempts) <= PREPARE_CHUNK_ROWS:
+        return _prepare_rows(usable_attempts(attempts, catalog), catalog)
+    chunks = (usable_attempts(attempts.iloc[i:i + PREPARE_CHUNK_ROWS], catalog)
+              for i in range(0, len(attempts), PREPARE_CHUNK_ROWS))
+    parts = [_prepare_rows(ok, catalog) for ok in chunks if len(ok)]
+    if not parts:  # nothing usable: the empty result keeps the columns of one
+        return _prepare_rows(usable_attempts(attempts.iloc[:0], catalog), catalog)
+    return pd.concat(parts, ignore_index=True)
 
 
 def _prepare_rows(ok: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:

@@ -51,6 +51,7 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.data.schema import PRECISIONS
+from leap.data.usage import usable_attempts
 from leap.errors import ArtifactError
 from leap.features.columns import Columns
 from leap.features.pair_rows import (
@@ -259,7 +260,8 @@ class PairSchedule:
     """The pair model as of any time: the one fit on the :data:`PAIR_DAYS` days of
     ``attempts`` before the last refit day (:func:`refit_day`); ``None`` where too few.
 
-    ``attempts`` are succeeded attempts with positive throughput. From ``fresh_at`` on (the
+    ``attempts`` are in any state (each fit takes the usable ones of its days, so the
+    schedule holds no filtered copy of a window all night). From ``fresh_at`` on (the
     time a night serves), the model is fit on the days just before that day instead. ``cache``
     (shared by consecutive nights) maps ``(fit day, rows, params)`` to a fitted model.
     """
@@ -282,5 +284,7 @@ class PairSchedule:
         rows = np.flatnonzero((self._at >= day - timedelta(days=PAIR_DAYS)) & (self._at < day))
         key = (day.date().isoformat(), len(rows), repr(self.params))
         if key not in self.cache:
-            self.cache[key] = PairModel.fit(self.attempts.iloc[rows], self.catalog, self.params)
+            self.cache[key] = PairModel.fit(usable_attempts(self.attempts.iloc[rows],
+                                                            self.catalog),
+                                            self.catalog, self.params)
         return self.cache[key]

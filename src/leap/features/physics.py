@@ -29,8 +29,11 @@ _PRECISION_PEAK = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16
 
 def hardware_specs(catalog: Catalog, hardware: np.ndarray) -> dict[str, np.ndarray]:
     """Per-row arrays of every :data:`~leap.catalog.SPEC_COLUMNS` figure (vectorised lookup)."""
-    codes, uniques = pd.factorize(np.asarray(hardware, dtype=object), use_na_sentinel=False)
-    matrix = catalog.spec_matrix(list(uniques))[codes]
+    if len(hardware) <= SMALL:  # the catalog's per-name rows: no factorizing a request's types
+        matrix = catalog.spec_matrix(hardware)
+    else:
+        codes, uniques = pd.factorize(np.asarray(hardware, dtype=object), use_na_sentinel=False)
+        matrix = catalog.spec_matrix(list(uniques))[codes]
     return {name: matrix[:, i] for i, name in enumerate(SPEC_COLUMNS)}
 
 
