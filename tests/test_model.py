@@ -181,6 +181,17 @@ def test_the_novel_models_correction_is_scaled_by_what_the_validation_day_suppor
     assert isinstance(old, NoveltySplitModel) and old.shrink_ == 1.0
 
 
+def test_a_tree_grows_on_at_most_max_bagged_rows() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 2))
+    y = X[:, 0] + rng.normal(scale=0.1, size=2000)
+    for cap, share in ((300_000, 0.5), (400, 0.2)):
+        params = GBMParams(num_leaves=7, max_rounds=5, max_bagged_rows=cap)
+        model = GlobalModel(params=params).fit(X, y, base=np.zeros(2000),
+                                               feature_names=["a", "b"], categorical=[])
+        assert model.booster_.params["bagging_fraction"] == share
+
+
 def test_unfitted_model_refuses_to_predict() -> None:
     with pytest.raises(ModelError, match="not fitted yet"):
         GlobalModel().predict(np.zeros((2, 3)), base=np.zeros(2))

