@@ -32,13 +32,7 @@ from leap.features.encode import (
     novelty,
 )
 from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
-from leap.features.pairs import (
-    PAIR_DAYS,
-    PairModel,
-    PairParams,
-    PairSchedule,
-    refit_day,
-)
+from leap.features.pairs import PAIR_DAYS, PairModel, PairParams, PairSchedule, refit_day
 from leap.features.transfer import TRANSFER_FEATURES
 
 Progress = Callable[[str, int, int], None]
@@ -381,10 +375,8 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     # The matrix is filled day by day in place: reserved for every attempt of these days and
     # one masked copy of each (pages never written cost no memory), so no day is held twice.
     day_index = np.asarray((at - window_start) // timedelta(days=1), dtype=np.int64)
-    per_day = np.bincount(day_index[(day_index >= 0) & (day_index < cfg.window_days + 1)],
-                          minlength=cfg.window_days + 1)
-    X = np.empty((2 * int(sum(per_day[d] for d in days if 0 <= d < len(per_day))),
-                  len(FEATURE_NAMES)), dtype=TRAIN_DTYPE)
+    X = np.empty((2 * int(np.isin(day_index, list(days)).sum()), len(FEATURE_NAMES)),
+                 dtype=TRAIN_DTYPE)
     filled = 0
     ys: list[np.ndarray] = []
     day_of: list[np.ndarray] = []
