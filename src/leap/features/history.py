@@ -116,11 +116,11 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     :data:`PREPARE_CHUNK_ROWS` (the same result, a bounded peak: no filtered copy of the
     whole window is made).
     """
-    if len(attempts) <= PREPARE_CHUNK_ROWS:
-        return _prepare_rows(usable_attempts(attempts, catalog), catalog)
     chunks = (usable_attempts(attempts.iloc[i:i + PREPARE_CHUNK_ROWS], catalog)
               for i in range(0, len(attempts), PREPARE_CHUNK_ROWS))
     parts = [_prepare_rows(ok, catalog) for ok in chunks if len(ok)]
+    if len(parts) == 1:
+        return parts[0]
     if not parts:  # nothing usable: the empty result keeps the columns of one
         return _prepare_rows(usable_attempts(attempts.iloc[:0], catalog), catalog)
     return pd.concat(parts, ignore_index=True)

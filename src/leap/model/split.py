@@ -84,12 +84,14 @@ class NoveltySplitModel(Fitted):
         self._col = self.feature_names_.index(self.pair_feature)
         self._fam_col = self.feature_names_.index("fam_n") if "fam_n" in feature_names else -1
 
-    def _elsewhere(self, X: np.ndarray) -> np.ndarray:
+    def _elsewhere(self, X: np.ndarray, novel: np.ndarray | None = None) -> np.ndarray:
         """Rows of ``X`` on a type their family never ran on, where it ran on others (none
-        without a family-history column)."""
+        without a family-history column); ``novel``: the rows without pair history, when
+        already known."""
         if self._fam_col < 0:
             return np.zeros(len(X), dtype=bool)
-        return ~np.isfinite(X[:, self._col]) & np.isfinite(X[:, self._fam_col])
+        novel = ~np.isfinite(X[:, self._col]) if novel is None else novel
+        return novel & np.isfinite(X[:, self._fam_col])
 
     def _choose_shrink(self, X: np.ndarray, y: np.ndarray, base: np.ndarray) -> float:
         """The share of the novel model's correction most accurate on these rows (the
@@ -113,7 +115,7 @@ class NoveltySplitModel(Fitted):
             if m.any():
                 out[m] = part.predict(X[m], base=base[m])
         if self.shrink_ != 1.0 and novel.any():
-            m = self._elsewhere(X)
+            m = self._elsewhere(X, novel)
             out[m] = base[m] + self.shrink_ * (out[m] - base[m])
         return out
 

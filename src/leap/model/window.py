@@ -159,31 +159,12 @@ def default_as_of(store: Store, now: datetime | None = None) -> datetime:
 
 def load_attempts(source: Any, start: datetime, end: datetime) -> pd.DataFrame:
     """Attempts submitted in ``[start, end)`` of ``source`` (a :class:`Store` or
-    :class:`~leap.data.export.ParquetAttempts`) in a stable order (time, then id)."""
+    :class:`~leap.data.export.ParquetAttempts`) in a stable order (time, then id: both read
+    through :func:`leap.data.store.read_attempts`, which orders them)."""
     frame = source.attempts(start, end).to_pandas()
     if len(frame):
         frame["submitted_at"] = pd.to_datetime(frame["submitted_at"], utc=True)
-        if not _in_order(frame):  # the sources order them already: no copy of the window
-            frame = frame.sort_values(["submitted_at", "attempt_id"], kind="stable")
-    return frame.reset_index(drop=True)
-
-
-def _in_order(frame: pd.DataFrame) -> bool:
-    """Whether ``frame`` is sorted by time, then attempt id.
-
-    >>> at = pd.to_datetime(["2026-01-01", "2026-01-01", "2026-01-02"], utc=True)
-    >>> _in_order(pd.DataFrame({"submitted_at": at, "attempt_id": ["a", "b", "a"]}))
-    True
-    >>> _in_order(pd.DataFrame({"submitted_at": at, "attempt_id": ["b", "a", "a"]}))
-    False
-    """
-    step = np.diff(frame["submitted_at"].array.asi8)
-    if (step < 0).any():
-        return False
-    ties = np.flatnonzero(step == 0)
-    ids = frame["attempt_id"]
-    return bool((ids.iloc[ties].to_numpy(dtype=object)
-                 <= ids.iloc[ties + 1].to_numpy(dtype=object)).all())
+    return frame
 
 
 def window_attempts(source: Any, as_of: datetime, cfg: TrainConfig) -> pd.DataFrame:
@@ -371,10 +352,10 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     spec_key = hashlib.sha256((full.to_json() + f"pairs={cfg.pair_model}").encode()
                               ).hexdigest()[:16]
     mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
-    at = attempts["submitted_at"]
     # The matrix is filled day by day in place: reserved for every attempt of these days and
     # one masked copy of each (pages never written cost no memory), so no day is held twice.
-    day_index = np.asarray((at - window_start) // timedelta(days=1), dtype=np.int64)
+    day_index = np.asarray((attempts["submitted_at"] - window_start) // timedelta(days=1),
+                           dtype=np.int64)
     X = np.empty((2 * int(np.isin(day_index, list(days)).sum()), len(FEATURE_NAMES)),
                  dtype=TRAIN_DTYPE)
     filled = 0
@@ -386,8 +367,7 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
         if progress:
             progress("features", i + 1, len(days) + 1)
         start = window_start + timedelta(days=d)
-        rows = succeeded_attempts(attempts[(at >= start) & (at < start + timedelta(days=1))],
-                                  catalog)
+        rows = succeeded_attempts(attempts[day_index == d], catalog)
         if len(rows) == 0:
             continue
         y = np.log(rows["throughput"].to_numpy(dtype=np.float64))
