@@ -1,16 +1,18 @@
-"""History snapshots are the same to the last bit whatever DuckDB's thread count."""
+"""History snapshots: the statistics SQL gives over the same rows, the same to the last bit
+whatever the thread count, and prepared in chunks."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
 
 import leap.features.history as history_module
 from leap.catalog import Catalog
-from leap.features.history import HistoryBuilder, prepare_history
+from leap.features.history import LEVELS, TRANSFER, HistoryBuilder, prepare_history
 
 
 def _history(n: int, seed: int = 0) -> pd.DataFrame:
@@ -50,6 +52,56 @@ def test_snapshots_do_not_depend_on_the_thread_count() -> None:
     expected = hist[window].groupby(
         ["family_id", "hardware"])["y"].std().fillna(0.0).sort_index().to_numpy()
     np.testing.assert_allclose(sd, expected, atol=1e-8)
+
+
+def _sql_level(con: duckdb.DuckDBPyConnection, level: object, as_of: datetime) -> pd.DataFrame:
+    """The reference: one level's statistics as SQL computes them over the same rows."""
+    name, keys = level.name, ", ".join(level.keys)  # type: ignore[attr-defined]
+    aggs = [f"count(*)::DOUBLE AS {name}_n",
+            f"date_diff('second', max(submitted_at), $as_of) / 86400.0 AS {name}_days_since"]
+    for v in level.values:  # type: ignore[attr-defined]
+        aggs += [f"median({v}) AS {name}_med_{v}",
+                 f"median({v}) FILTER (WHERE submitted_at >= $recent) AS {name}_last_{v}"]
+    v0 = level.values[0]  # type: ignore[attr-defined]
+    aggs.append(f"coalesce(stddev_samp({v0}), 0.0) AS {name}_sd_{v0}")
+    return con.execute(
+        f"SELECT {keys}, {', '.join(aggs)} FROM h WHERE submitted_at >= $start AND "
+        f"submitted_at < $as_of GROUP BY {keys} ORDER BY {keys}",
+        {"as_of": as_of, "start": as_of - timedelta(days=30),
+         "recent": as_of - timedelta(days=2)}).df()
+
+
+@pytest.mark.parametrize("day", [2, 10])  # a short range (sorted directly) and a long one
+def test_snapshots_give_what_sql_gives_over_the_same_rows(day: int) -> None:
+    hist = _history(20_000, seed=day)
+    as_of = datetime(2026, 1, 1 + day, tzinfo=UTC)
+    exclude = pd.DataFrame({"family_id": ["f1", "f7", "f9"], "hardware": ["A100", "L4", "H100"]})
+    builder = HistoryBuilder(hist, lookback_days=30)
+    dropped = (hist["family_id"] + "/" + hist["hardware"]).isin(["f1/A100", "f7/L4", "f9/H100"])
+    con = duckdb.connect()
+    for snap, rows in ((builder.snapshot(as_of), hist),
+                       (builder.snapshot(as_of, exclude=exclude), hist[~dropped])):
+        con.register("h", rows)
+        for level in LEVELS:
+            got, want = snap.tables[level.name], _sql_level(con, level, as_of)
+            sd = f"{level.name}_sd_{level.values[0]}"
+            # Keys, counts, ages and medians to the last bit; the spread to rounding.
+            pd.testing.assert_frame_equal(got.drop(columns=sd), want.drop(columns=sd),
+                                          check_exact=True, check_dtype=False, obj=level.name)
+            np.testing.assert_allclose(got[sd], want[sd], rtol=1e-12, atol=1e-12)
+        # The transfer table's families: each (family, type)'s median residual and physics.
+        fh = con.execute("SELECT family_id, hardware, median(r) AS r, median(y - r) AS phys "
+                         "FROM h WHERE submitted_at < $as_of GROUP BY ALL", {"as_of": as_of}).df()
+        pairs = fh.merge(fh, on="family_id", suffixes=("_a", "_b"))
+        pairs = pairs[pairs["hardware_a"] != pairs["hardware_b"]]
+        want_all = (pairs.assign(d=pairs["r_b"] - pairs["r_a"])
+                    .groupby(["hardware_a", "hardware_b"])["d"].agg(["median", "size"]))
+        table = snap.tables[TRANSFER]
+        got_all = table[table["level"] == "all"].set_index(["hw_a", "hw_b"]).sort_index()
+        np.testing.assert_array_equal(got_all["n"], want_all["size"])
+        np.testing.assert_allclose(got_all["d_med"], want_all["median"], rtol=1e-12)
+        con.unregister("h")
+    builder.close()
 
 
 def test_history_is_reduced_in_chunks_with_the_same_result(

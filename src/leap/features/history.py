@@ -25,6 +25,7 @@ from leap.catalog import Catalog
 from leap.data.usage import usable_attempts
 from leap.errors import ArtifactError
 from leap.features.columns import SMALL, Columns, key_texts
+from leap.features.groupstats import Selection, SortedGroups
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
 from leap.features.transfer import TransferIndex
@@ -71,8 +72,6 @@ LEVELS: tuple[Level, ...] = (
 
 _STRING_KEYS = ("family_id", "model_type", "model_category", "precision", "hardware", "vendor",
                 "shape")
-HISTORY_COLUMNS = ("family_id", "model_type", "model_category", "precision", "hardware",
-                   "vendor", "trainer_count", "shape", "submitted_at", "y", "r")
 #: The cross-type transfer table of a snapshot (see :mod:`leap.features.transfer`).
 TRANSFER = "transfer"
 TRANSFER_COLUMNS = ("level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx")
@@ -272,26 +271,37 @@ def _exact_sum(expr: str) -> str:
     return f"coalesce(sum({_fixed(expr)})::DOUBLE / {_EXACT_SCALE:.0f}, 0.0)"
 
 
-def _exact_sd(v: str) -> str:
-    """SQL: the sample standard deviation of column ``v`` over the finite values of a group,
-    0 with fewer than two; from exact integer sums (see :func:`_exact_sum`), so
-    ``n * sum(x^2) - sum(x)^2`` cancels without rounding error.
+def _group_ids(codes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Group of each row by its key codes (non-negative integers), numbered in the order of
+    the key tuples (what ``ORDER BY`` the keys gives), and each group's key codes.
 
-    Examples
-    --------
-    >>> con = duckdb.connect()
-    >>> round(con.execute(f"SELECT {_exact_sd('x')} FROM (VALUES (1.0), (2.0), (4.0)) t(x)"
-    ...                   ).fetchone()[0], 9)
-    1.527525232
+    >>> gid, keys = _group_ids([np.array([1, 0, 1]), np.array([0, 5, 0])])
+    >>> gid.tolist(), keys.tolist()
+    ([1, 0, 1], [[0, 5], [1, 0]])
     """
-    n = f"count({_fixed(v)})"
-    s1, s2 = f"sum({_fixed(v)})", f"sum({_fixed(v)} * {_fixed(v)})"
-    return (f"CASE WHEN {n} > 1 THEN sqrt(greatest(({n}::HUGEINT * {s2} - {s1} * {s1})::DOUBLE"
-            f", 0.0) / ({n} * ({n} - 1))::DOUBLE) / {_EXACT_SCALE:.0f} ELSE 0.0 END")
+    sizes = [int(c.max()) + 1 if len(c) else 1 for c in codes]
+    if float(np.prod(sizes, dtype=np.float64)) < 2.0**62:
+        combined = np.zeros(len(codes[0]), dtype=np.int64)
+        for c, size in zip(codes, sizes, strict=True):
+            combined = combined * size + c
+        uniq, gid = np.unique(combined, return_inverse=True)
+        keys = np.empty((len(uniq), len(codes)), dtype=np.int64)
+        for j in range(len(codes) - 1, -1, -1):
+            uniq, keys[:, j] = np.divmod(uniq, sizes[j])
+        return gid.astype(np.int64), keys
+    uniq, gid = np.unique(np.column_stack(codes), axis=0, return_inverse=True)
+    return gid.reshape(-1).astype(np.int64), uniq
 
 
 class HistoryBuilder:
-    """Builds snapshots as of any time from one prepared history frame (kept in DuckDB).
+    """Builds snapshots as of any time from one prepared history frame.
+
+    The rows are grouped by every level's keys and each value is sorted within its groups
+    once, here (:class:`~leap.features.groupstats.SortedGroups`); a snapshot is then a mask
+    over the rows (the lookback range, less any excluded pairs), linear in the rows. Every
+    statistic is exact or summed in a fixed order, and the transfer table's sums (DuckDB,
+    ``threads`` threads) are exact integer sums (see :func:`_exact_sum`), so a snapshot is the
+    same to the last bit on any thread count.
 
     Examples
     --------
@@ -308,19 +318,37 @@ class HistoryBuilder:
         # The pair model as of a time (a :class:`~leap.features.pairs.PairSchedule`).
         self.pairs = pairs
         self._con = duckdb.connect()
-        # Any thread count gives the same tables to the last bit: every aggregate is either
-        # order-free (count, min, max, median) or an exact integer sum (see _exact_sum).
         self._con.execute(f"SET threads TO {int(threads)}")
-        frame = history[list(HISTORY_COLUMNS)].copy()
-        # Group on integer codes (several times faster than strings); decoded per snapshot.
+        at = pd.to_datetime(history["submitted_at"], utc=True)
+        order = np.argsort(at.to_numpy(dtype="datetime64[ns]").view(np.int64), kind="stable")
+        #: Submission times in ns since the epoch, ascending (the rows' order from here on).
+        self._time = at.to_numpy(dtype="datetime64[ns]").view(np.int64)[order]
         self._labels: dict[str, np.ndarray] = {}
-        for col in _STRING_KEYS:
-            codes, labels = pd.factorize(frame[col], sort=True)
-            frame[col] = codes.astype(np.int32)
-            self._labels[col] = np.asarray(labels, dtype=object)
-        self._con.register("hist_src", frame)
-        self._con.execute("CREATE TABLE hist AS SELECT * FROM hist_src ORDER BY submitted_at")
-        self._con.unregister("hist_src")
+        codes: dict[str, np.ndarray] = {}
+        for col in (*_STRING_KEYS, "trainer_count"):
+            c, labels = pd.factorize(history[col].to_numpy()[order], sort=True)
+            codes[col] = c.astype(np.int32)
+            self._labels[col] = np.asarray(labels, dtype=object if col != "trainer_count"
+                                           else np.int64)
+        y = history["y"].to_numpy(dtype=np.float64)[order]
+        r = history["r"].to_numpy(dtype=np.float64)[order]
+        values = {"y": y, "r": r, "p": y - r}
+        self._codes = {c: codes[c] for c in ("model_type", "model_category", "precision")}
+        n_hw = len(self._labels["hardware"])
+        #: (family, type) pair of each row, as ``family code * types + type code``.
+        self._pair = codes["family_id"].astype(np.int64) * n_hw + codes["hardware"]
+        self._groups: dict[str, SortedGroups] = {}
+        self._keys: dict[str, pd.DataFrame] = {}
+        for level in LEVELS:
+            gid, keys = _group_ids([codes[k] for k in level.keys])
+            wanted = level.values + (("p",) if level.name == _FAMILY_TYPE else ())
+            self._groups[level.name] = SortedGroups(gid, len(keys),
+                                                    {v: values[v] for v in wanted})
+            self._keys[level.name] = pd.DataFrame(
+                {k: self._labels[k][keys[:, j]] for j, k in enumerate(level.keys)})
+            if level.name == _FAMILY_TYPE:
+                #: The (family code, type code) of each (family, type) group.
+                self._family_type = keys
 
     def close(self) -> None:
         self._con.close()
@@ -335,46 +363,74 @@ class HistoryBuilder:
         if as_of.tzinfo is None:
             raise ValueError("as_of must be timezone-aware (UTC)")
         as_of = as_of.astimezone(UTC)
-        start = as_of - timedelta(days=self.lookback_days)
-        source = "hist"
+        start, end, recent = (int(np.searchsorted(self._time, _ns(t))) for t in (
+            as_of - timedelta(days=self.lookback_days), as_of,
+            as_of - timedelta(days=RECENT_DAYS)))
+        kept = None
         if exclude is not None and len(exclude):
-            pairs = pd.DataFrame({c: self._encode_labels(c, exclude[c]) for c in
-                                  ("family_id", "hardware")}).dropna().astype(np.int32)
-            self._con.register("excluded_src", pairs)
-            self._con.execute("CREATE OR REPLACE TEMP TABLE hist_masked AS SELECT h.* FROM hist h "
-                              "ANTI JOIN excluded_src e ON h.family_id = e.family_id "
-                              "AND h.hardware = e.hardware")
-            self._con.unregister("excluded_src")
-            source = "hist_masked"
-        tables = {lv.name: self._level(lv, start, as_of, source) for lv in LEVELS}
-        tables[TRANSFER] = self._transfer_table(start, as_of, source)
-        if source == "hist_masked":  # a copy of most of the history: not kept to the next
-            self._con.execute("DROP TABLE hist_masked")
+            family = self._encode_labels("family_id", exclude["family_id"])
+            hw = self._encode_labels("hardware", exclude["hardware"])
+            known = (family >= 0) & (hw >= 0)
+            excluded = np.zeros(len(self._labels["family_id"]) * len(self._labels["hardware"]),
+                                dtype=bool)
+            excluded[family[known] * len(self._labels["hardware"]) + hw[known]] = True
+            kept = ~excluded[self._pair]
+        tables, family_type = {}, None
+        for lv in LEVELS:
+            groups = self._groups[lv.name]
+            full = groups.select(start, end, kept)
+            tables[lv.name] = self._level(lv, full, groups.select(max(start, recent), end, kept),
+                                          as_of)
+            if lv.name == _FAMILY_TYPE:
+                family_type = full
+        assert family_type is not None
+        tables[TRANSFER] = self._transfer_table(family_type)
         return Snapshot(as_of, self.lookback_days, tables,
                         self.pairs(as_of) if self.pairs is not None else None)
 
     def _encode_labels(self, col: str, values: pd.Series) -> np.ndarray:
-        """Integer codes of ``values`` in column ``col`` (NaN where history never saw one)."""
-        pos = pd.Index(self._labels[col]).get_indexer(values.astype(str))
-        return np.where(pos >= 0, pos, np.nan)
+        """Integer codes of ``values`` in column ``col`` (-1 where history never saw one)."""
+        return pd.Index(self._labels[col]).get_indexer(values.astype(str)).astype(np.int64)
 
-    def _transfer_table(self, start: datetime, as_of: datetime, source: str) -> pd.DataFrame:
+    def _level(self, level: Level, full: Selection, recent: Selection,
+               as_of: datetime) -> pd.DataFrame:
+        """One level's table: the groups with rows in ``full``, in key order."""
+        n = full.count()
+        present = np.flatnonzero(n > 0)
+        latest = self._time[full.last_row()[present]]
+        # Seconds from the latest attempt's whole second to as_of (SQL's date_diff('second')).
+        seconds = _ns(as_of) // 10**9 - latest // 10**9
+        out = {**{k: v.to_numpy()[present] for k, v in self._keys[level.name].items()},
+               f"{level.name}_n": n[present].astype(np.float64),
+               f"{level.name}_days_since": seconds / 86400.0}
+        for v in level.values:
+            out[f"{level.name}_med_{v}"] = full.median(v)[present]
+            # The most recent days alone: they catch step changes the long median lags.
+            out[f"{level.name}_last_{v}"] = recent.median(v)[present]
+        v0 = level.values[0]
+        out[f"{level.name}_sd_{v0}"] = full.std(v0)[present]
+        return pd.DataFrame(out)
+
+    def _transfer_table(self, family_type: Selection) -> pd.DataFrame:
         """Cross-type differences of the residual ``r`` between families' median levels.
 
         For every family that ran on two types A and B in the window, ``r(B) - r(A)`` of its
         median residuals is one sample of how B compares with A beyond the physics estimate.
         Their median and count per (model type, A, B), per (model category and precision, A,
         B) and per (precision, A, B); keys are :data:`~leap.features.transfer.TRANSFER_LEVELS`
-        texts.
+        texts. ``family_type`` is the snapshot's rows grouped by (family, type).
         """
+        present = np.flatnonzero(family_type.count() > 0)
+        fh = pd.DataFrame({
+            "family_id": self._family_type[present, 0],
+            "hardware": self._family_type[present, 1],
+            **{name: family_type.minimum(self._codes[col])[present].astype(np.int64)
+               for name, col in (("mt", "model_type"), ("cat", "model_category"),
+                                 ("prec", "precision"))},
+            "r": family_type.median("r")[present], "phys": family_type.median("p")[present]})
         sxy, sxx = _exact_sum("d * dp"), _exact_sum("dp * dp")
         sql = f"""
-            WITH fh AS (
-                SELECT family_id, hardware, min(model_type) AS mt, min(model_category) AS cat,
-                       min(precision) AS prec, median(r) AS r, median(y - r) AS phys
-                FROM {source} WHERE submitted_at >= $start AND submitted_at < $as_of
-                GROUP BY family_id, hardware),
-            p AS (
+            WITH p AS (
                 SELECT a.mt, a.cat, a.prec, a.hardware AS hw_a, b.hardware AS hw_b,
                        b.r - a.r AS d, b.phys - a.phys AS dp
                 FROM fh a JOIN fh b ON a.family_id = b.family_id AND a.hardware <> b.hardware)
@@ -388,20 +444,24 @@ class HistoryBuilder:
             SELECT 'all', -1, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, {sxy}, {sxx}
             FROM p GROUP BY prec, hw_a, hw_b
             ORDER BY 1, 2, 3, 4, 5"""
-        t = self._con.execute(sql, {"start": start, "as_of": as_of}).df()
+        self._con.register("fh", fh)
+        try:
+            t = self._con.execute(sql).df()
+        finally:
+            self._con.unregister("fh")
         level = t["level"].to_numpy(dtype=object)
         k1, k2 = t["k1"].to_numpy(dtype=np.int64), t["k2"].to_numpy(dtype=np.int64)
         mt, cat, prec = (self._labels[c] for c in ("model_type", "model_category", "precision"))
-        keys = np.empty(len(t), dtype=object)
+        keys_out = np.empty(len(t), dtype=object)
         is_mt, is_cat = level == "mt", level == "cat"
         is_all = ~is_mt & ~is_cat
-        keys[is_mt] = mt[k1[is_mt]]
+        keys_out[is_mt] = mt[k1[is_mt]]
         cat_prec = np.array([f"{c}/{p}" for c in cat for p in prec], dtype=object)
-        keys[is_cat] = cat_prec[k1[is_cat] * len(prec) + k2[is_cat]]
-        keys[is_all] = prec[k2[is_all]]
+        keys_out[is_cat] = cat_prec[k1[is_cat] * len(prec) + k2[is_cat]]
+        keys_out[is_all] = prec[k2[is_all]]
         hw = self._labels["hardware"]
         return pd.DataFrame({
-            "level": level, "key": keys,
+            "level": level, "key": keys_out,
             "hw_a": hw[t["hw_a"].to_numpy(dtype=np.int64)] if len(t) else np.array([], object),
             "hw_b": hw[t["hw_b"].to_numpy(dtype=np.int64)] if len(t) else np.array([], object),
             "d_med": t["d_med"].to_numpy(dtype=np.float64),
@@ -412,26 +472,11 @@ class HistoryBuilder:
             "sxy": np.nan_to_num(t["sxy"].to_numpy(dtype=np.float64)),
             "sxx": np.nan_to_num(t["sxx"].to_numpy(dtype=np.float64))})
 
-    def _level(self, level: Level, start: datetime, as_of: datetime,
-               source: str = "hist") -> pd.DataFrame:
-        keys = ", ".join(level.keys)
-        recent = as_of - timedelta(days=RECENT_DAYS)
-        aggs = [f"count(*)::DOUBLE AS {level.name}_n",
-                f"date_diff('second', max(submitted_at), $as_of) / 86400.0 "
-                f"AS {level.name}_days_since"]
-        for v in level.values:
-            aggs.append(f"median({v}) AS {level.name}_med_{v}")
-            # The most recent days alone: they catch step changes the long median lags.
-            aggs.append(f"median({v}) FILTER (WHERE submitted_at >= $recent) "
-                        f"AS {level.name}_last_{v}")
-        v0 = level.values[0]
-        aggs.append(f"{_exact_sd(v0)} AS {level.name}_sd_{v0}")
-        sql = (f"SELECT {keys}, {', '.join(aggs)} FROM {source} "
-               f"WHERE submitted_at >= $start AND submitted_at < $as_of "
-               f"GROUP BY {keys} ORDER BY {keys}")
-        table = self._con.execute(sql, {"start": start, "as_of": as_of,
-                                        "recent": recent}).df()
-        for col in level.keys:
-            if col in self._labels:
-                table[col] = self._labels[col][table[col].to_numpy()]
-        return table
+
+#: The level whose groups are (family, type) pairs: the transfer table's families.
+_FAMILY_TYPE = "fam_hw"
+
+
+def _ns(t: datetime) -> int:
+    """``t`` in whole nanoseconds since the epoch."""
+    return int(pd.Timestamp(t).value)
