@@ -89,6 +89,10 @@ def test_snapshots_give_what_sql_gives_over_the_same_rows(day: int) -> None:
             pd.testing.assert_frame_equal(got.drop(columns=sd), want.drop(columns=sd),
                                           check_exact=True, check_dtype=False, obj=level.name)
             np.testing.assert_allclose(got[sd], want[sd], rtol=1e-12, atol=1e-12)
+            # The builder's key index finds each row of its own table.
+            keys = {k: got[k].astype(str).to_numpy(dtype=object) for k in level.keys}
+            np.testing.assert_array_equal(snap.lookup(keys, level),
+                                          got[list(level.stats)].to_numpy(dtype=np.float64))
         # The transfer table's families: each (family, type)'s median residual and physics.
         fh = con.execute("SELECT family_id, hardware, median(r) AS r, median(y - r) AS phys "
                          "FROM h WHERE submitted_at < $as_of GROUP BY ALL", {"as_of": as_of}).df()

@@ -359,9 +359,9 @@ def test_leap_serve_command(trained_workspace: Workspace, jobs: list[dict[str, A
 
 
 # Fuzz from the OpenAPI schema ---------------------------------------------------------------
-#: Examples per (operation, mode): 2 POST x 2 modes x 60 + 3 GET x 20 = 300 cases; the longer
+#: Examples per (operation, mode): 2 POST x 2 modes x 30 + 3 GET x 10 = 150 cases; the longer
 #: run is bench/fuzz_service.py.
-FUZZ_EXAMPLES = {"POST": 60, "GET": 20}
+FUZZ_EXAMPLES = {"POST": 30, "GET": 10}
 
 
 def fuzz_service(url: str, examples: dict[str, int]) -> dict[str, Any]:
@@ -414,7 +414,7 @@ def fuzz_service(url: str, examples: dict[str, int]) -> dict[str, Any]:
 def test_fuzz_from_openapi_schema_gives_no_5xx_and_no_schema_violation(url: str) -> None:
     t0 = time.monotonic()
     out = fuzz_service(url, FUZZ_EXAMPLES)
-    assert out["per_operation"].get("POST /v1/rank", 0) >= 60
-    assert out["per_operation"].get("POST /v1/predict", 0) >= 60
-    assert out["cases"] >= 200, out
+    assert out["per_operation"].get("POST /v1/rank", 0) >= 40
+    assert out["per_operation"].get("POST /v1/predict", 0) >= 40
+    assert out["cases"] >= 100, out
     assert time.monotonic() - t0 < 120, "the bounded fuzz stays fast"

@@ -139,6 +139,18 @@ def _values(col: pd.Series) -> np.ndarray:
     return col.to_numpy()
 
 
+def key_column(values: pd.Series) -> np.ndarray:
+    """A column of key texts with no missing values as an object array (an object column's
+    values are texts already: pandas' own string columns cost a conversion each call).
+
+    >>> key_column(pd.Series(["a", "b"], dtype=object)).tolist(), key_column(pd.Series([4]))
+    (['a', 'b'], array(['4'], dtype=object))
+    """
+    if values.dtype == object:
+        return values.to_numpy()
+    return values.astype(str).to_numpy(dtype=object)
+
+
 def key_texts(values: pd.Series) -> np.ndarray:
     """Key strings of a column: missing values (None, NaN) become ``"None"``.
 

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from leap.catalog import Catalog
 from leap.data.usage import usable_attempts
 from leap.errors import ArtifactError
-from leap.features.columns import SMALL, Columns, key_texts
+from leap.features.columns import SMALL, Columns, key_column, key_texts
 from leap.features.groupstats import Selection, SortedGroups
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
@@ -99,7 +99,8 @@ def shape_keys(jobs: Columns) -> np.ndarray:
 
 
 def _table_keys(table: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
-    return key_strings([table[k].astype(str).to_numpy(dtype=object) for k in keys])
+    return key_strings([key_column(table[k]) for k in keys])
+
 
 
 #: Rows :func:`prepare_history` reduces at a time: its physics estimates and shape keys cost
@@ -149,11 +150,14 @@ def _prepare_rows(ok: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
 class Snapshot:
     """History statistics per level as of ``as_of``: what serving looks jobs up in.
 
-    Each level is a string index of keys and a float matrix of its :attr:`Level.stats`.
+    Each level is a string index of keys and a float matrix of its :attr:`Level.stats`;
+    ``key_texts`` (level name -> :func:`key_strings` of its table's keys, row for row) spares
+    joining them again where the caller has them.
     """
 
     def __init__(self, as_of: datetime, lookback_days: int,
-                 tables: dict[str, pd.DataFrame], pairs: PairModel | None = None) -> None:
+                 tables: dict[str, pd.DataFrame], pairs: PairModel | None = None,
+                 key_texts: Mapping[str, np.ndarray] | None = None) -> None:
         self.as_of = as_of
         self.lookback_days = lookback_days
         self.tables = tables
@@ -164,7 +168,8 @@ class Snapshot:
         self._small: dict[str, dict[tuple[str, ...], int]] = {}
         for level in LEVELS:
             t = tables[level.name]
-            idx = pd.Index(_table_keys(t, level.keys), dtype=object)
+            idx = pd.Index(key_texts[level.name] if key_texts is not None
+                           else _table_keys(t, level.keys), dtype=object)
             self._index[level.name] = (idx, t[list(level.stats)].to_numpy(dtype=np.float64))
 
     def lookup(self, keys: Mapping[str, np.ndarray], level: Level) -> np.ndarray:
@@ -338,14 +343,18 @@ class HistoryBuilder:
         #: (family, type) pair of each row, as ``family code * types + type code``.
         self._pair = codes["family_id"].astype(np.int64) * n_hw + codes["hardware"]
         self._groups: dict[str, SortedGroups] = {}
-        self._keys: dict[str, pd.DataFrame] = {}
+        #: Each level's groups: their key columns, and those joined (the snapshot's index).
+        self._keys: dict[str, list[np.ndarray]] = {}
+        self._key_texts: dict[str, np.ndarray] = {}
         for level in LEVELS:
             gid, keys = _group_ids([codes[k] for k in level.keys])
             wanted = level.values + (("p",) if level.name == _FAMILY_TYPE else ())
             self._groups[level.name] = SortedGroups(gid, len(keys),
                                                     {v: values[v] for v in wanted})
-            self._keys[level.name] = pd.DataFrame(
-                {k: self._labels[k][keys[:, j]] for j, k in enumerate(level.keys)})
+            labels = [self._labels[k][keys[:, j]] for j, k in enumerate(level.keys)]
+            self._keys[level.name] = labels
+            self._key_texts[level.name] = key_strings([np.asarray(v.astype(str), dtype=object)
+                                                       for v in labels])
             if level.name == _FAMILY_TYPE:
                 #: The (family code, type code) of each (family, type) group.
                 self._family_type = keys
@@ -375,32 +384,35 @@ class HistoryBuilder:
                                 dtype=bool)
             excluded[family[known] * len(self._labels["hardware"]) + hw[known]] = True
             kept = ~excluded[self._pair]
-        tables, family_type = {}, None
+        tables, texts, family_type = {}, {}, None
         for lv in LEVELS:
             groups = self._groups[lv.name]
             full = groups.select(start, end, kept)
+            present = np.flatnonzero(full.count() > 0)
             tables[lv.name] = self._level(lv, full, groups.select(max(start, recent), end, kept),
-                                          as_of)
+                                          present, as_of)
+            texts[lv.name] = self._key_texts[lv.name][present]
             if lv.name == _FAMILY_TYPE:
                 family_type = full
         assert family_type is not None
         tables[TRANSFER] = self._transfer_table(family_type)
         return Snapshot(as_of, self.lookback_days, tables,
-                        self.pairs(as_of) if self.pairs is not None else None)
+                        self.pairs(as_of) if self.pairs is not None else None, texts)
 
     def _encode_labels(self, col: str, values: pd.Series) -> np.ndarray:
         """Integer codes of ``values`` in column ``col`` (-1 where history never saw one)."""
         return pd.Index(self._labels[col]).get_indexer(values.astype(str)).astype(np.int64)
 
-    def _level(self, level: Level, full: Selection, recent: Selection,
+    def _level(self, level: Level, full: Selection, recent: Selection, present: np.ndarray,
                as_of: datetime) -> pd.DataFrame:
-        """One level's table: the groups with rows in ``full``, in key order."""
+        """One level's table: the groups with rows in ``full`` (``present``), in key order.
+        Key texts stay object arrays: pandas' own strings cost a conversion each way."""
         n = full.count()
-        present = np.flatnonzero(n > 0)
         latest = self._time[full.last_row()[present]]
         # Seconds from the latest attempt's whole second to as_of (SQL's date_diff('second')).
         seconds = _ns(as_of) // 10**9 - latest // 10**9
-        out = {**{k: v.to_numpy()[present] for k, v in self._keys[level.name].items()},
+        out = {**{k: pd.Series(v[present], dtype=v.dtype)
+                  for k, v in zip(level.keys, self._keys[level.name], strict=True)},
                f"{level.name}_n": n[present].astype(np.float64),
                f"{level.name}_days_since": seconds / 86400.0}
         for v in level.values:

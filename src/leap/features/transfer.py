@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import SMALL, Columns
+from leap.features.columns import SMALL, Columns, key_column
 from leap.features.pair_rows import JOB_FEATURE_COLUMNS, log_shape, shape_of
 from leap.features.pairs import PairModel
 
@@ -60,11 +60,6 @@ PAIR_NEAREST = 4
 SHAPE_NEAREST = 3
 
 
-def _texts(values: pd.Series) -> np.ndarray:
-    """A column of key texts as an object array."""
-    return values.astype(str).to_numpy(dtype=object)
-
-
 class TransferIndex:
     """Dense arrays of one snapshot: family x type levels and the type x type differences."""
 
@@ -73,9 +68,9 @@ class TransferIndex:
                  ) -> None:
         self.pairs = pairs
         # Object arrays: iterating pandas' Arrow-backed strings costs a call per element.
-        fam_ids = _texts(fam_hw["family_id"])
-        fam_types = _texts(fam_hw["hardware"])
-        hw_a, hw_b = _texts(transfer["hw_a"]), _texts(transfer["hw_b"])
+        fam_ids = key_column(fam_hw["family_id"])
+        fam_types = key_column(fam_hw["hardware"])
+        hw_a, hw_b = key_column(transfer["hw_a"]), key_column(transfer["hw_b"])
         hw = sorted(set(fam_types) | set(hw_a) | set(hw_b))
         self.hardware = hw
         self.hw_pos = {h: i for i, h in enumerate(hw)}
@@ -98,7 +93,7 @@ class TransferIndex:
         # The slope of d = r(B) - r(A) on the physics gain is that share minus 1.
         self.gains: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
         self.tables: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
-        levels, all_keys = _texts(transfer["level"]), _texts(transfer["key"])
+        levels, all_keys = key_column(transfer["level"]), key_column(transfer["key"])
         for level, _ in TRANSFER_LEVELS:
             sel = levels == level
             t_keys = all_keys[sel]
@@ -135,15 +130,17 @@ class TransferIndex:
         shape (trainers, devices per trainer, batch; -1 = missing) and residual."""
         if table is None or table.empty:
             return {"key": np.empty(0, np.int64)}
-        fi = fams.get_indexer(_texts(table["family_id"]))
-        hi = hw_index.get_indexer(_texts(table["hardware"]))
-        text = _texts(table["shape"])
+        fi = fams.get_indexer(key_column(table["family_id"]))
+        hi = hw_index.get_indexer(key_column(table["hardware"]))
+        text = key_column(table["shape"])
         keep = (fi >= 0) & (hi >= 0)
         key = fi[keep] * n_hw + hi[keep]
         order = np.argsort(key, kind="stable")
-        parsed = pd.Series(text[keep]).str.split("/", expand=True).astype(np.float64)
-        return {"key": key[order], "text": text[keep][order],
-                "shape": parsed.to_numpy()[order],
+        # Parsed once per distinct shape: a few hundred texts, where rows are many thousands.
+        codes, distinct = pd.factorize(text[keep])
+        parsed = pd.Series(distinct, dtype=object).str.split("/", expand=True) \
+            .astype(np.float64).to_numpy().reshape(len(distinct), -1)[codes]
+        return {"key": key[order], "text": text[keep][order], "shape": parsed[order],
                 "r": table["fam_hw_shape_med_r"].to_numpy(dtype=np.float64)[keep][order]}
 
     def warm(self) -> None:
