@@ -65,9 +65,9 @@ class TrainConfig:
     ``pair_model`` carries a family's level to types it never ran on with the pair models
     (:mod:`leap.features.pairs`, refit weekly on the two weeks before); off, with the
     transfer tables alone (the ablation). ``threads`` is the thread count of each LightGBM fit
-    and of the history's DuckDB queries in this process: both are deterministic (the
-    queries' sums are exact, see :class:`~leap.features.history.HistoryBuilder`), so it
-    changes the speed, never the model
+    and of the snapshots' transfer-table query (DuckDB) in this process: both are
+    deterministic (the query's sums are exact, see
+    :class:`~leap.features.history.HistoryBuilder`), so it changes the speed, never the model
     (where several fits run at once, as in a backtest or on Dask workers, the caller lowers
     it so they do not oversubscribe the cores).
     """
