@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -251,31 +250,6 @@ class Snapshot:
                    PairModel.load(directory))
 
 
-#: Fixed-point scale of the exact sums: values are summed as whole multiples of 1e-9.
-_EXACT_SCALE = 1e9
-
-
-def _fixed(expr: str) -> str:
-    """SQL: ``expr`` in whole 1e-9 units as a 128-bit integer; NULL where it is not finite."""
-    return f"CASE WHEN isfinite({expr}) THEN round(({expr}) * {_EXACT_SCALE:.0f})::HUGEINT END"
-
-
-def _exact_sum(expr: str) -> str:
-    """SQL: the sum of ``expr`` over the finite values of a group, added as 128-bit integers
-    of 1e-9 units, so it does not depend on the order DuckDB's threads add them in (a
-    floating sum does, in its last bits, which would make the same night train a different
-    model on a different thread count). 0 for a group without finite values.
-
-    Examples
-    --------
-    >>> con = duckdb.connect()
-    >>> con.execute(f"SELECT {_exact_sum('x')} FROM (VALUES (0.1), (0.2), ('nan'::DOUBLE)) t(x)"
-    ...             ).fetchone()[0]
-    0.3
-    """
-    return f"coalesce(sum({_fixed(expr)})::DOUBLE / {_EXACT_SCALE:.0f}, 0.0)"
-
-
 def _group_ids(codes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Group of each row by its key codes (non-negative integers), numbered in the order of
     the key tuples (what ``ORDER BY`` the keys gives), and each group's key codes.
@@ -304,9 +278,9 @@ class HistoryBuilder:
     The rows are grouped by every level's keys and each value is sorted within its groups
     once, here (:class:`~leap.features.groupstats.SortedGroups`); a snapshot is then a mask
     over the rows (the lookback range, less any excluded pairs), linear in the rows. Every
-    statistic is exact or summed in a fixed order, and the transfer table's sums (DuckDB,
-    ``threads`` threads) are exact integer sums (see :func:`_exact_sum`), so a snapshot is the
-    same to the last bit on any thread count.
+    statistic is exact (counts, ages, medians: what SQL gives over the same rows) or summed
+    in a fixed order, on one thread, so the same history gives the same snapshot to the last
+    bit.
 
     Examples
     --------
@@ -317,13 +291,10 @@ class HistoryBuilder:
     """
 
     def __init__(self, history: pd.DataFrame, *, lookback_days: int = 30,
-                 pairs: Callable[[datetime], PairModel | None] | None = None,
-                 threads: int = 1) -> None:
+                 pairs: Callable[[datetime], PairModel | None] | None = None) -> None:
         self.lookback_days = lookback_days
         # The pair model as of a time (a :class:`~leap.features.pairs.PairSchedule`).
         self.pairs = pairs
-        self._con = duckdb.connect()
-        self._con.execute(f"SET threads TO {int(threads)}")
         at = pd.to_datetime(history["submitted_at"], utc=True)
         order = np.argsort(at.to_numpy(dtype="datetime64[ns]").view(np.int64), kind="stable")
         #: Submission times in ns since the epoch, ascending (the rows' order from here on).
@@ -360,7 +331,8 @@ class HistoryBuilder:
                 self._family_type = keys
 
     def close(self) -> None:
-        self._con.close()
+        """Let the sorted rows go (no snapshot can be built after)."""
+        self._groups.clear()
 
     def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None) -> Snapshot:
         """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``.
@@ -433,56 +405,67 @@ class HistoryBuilder:
         texts. ``family_type`` is the snapshot's rows grouped by (family, type).
         """
         present = np.flatnonzero(family_type.count() > 0)
-        fh = pd.DataFrame({
-            "family_id": self._family_type[present, 0],
-            "hardware": self._family_type[present, 1],
-            **{name: family_type.minimum(self._codes[col])[present].astype(np.int64)
-               for name, col in (("mt", "model_type"), ("cat", "model_category"),
-                                 ("prec", "precision"))},
-            "r": family_type.median("r")[present], "phys": family_type.median("p")[present]})
-        sxy, sxx = _exact_sum("d * dp"), _exact_sum("dp * dp")
-        sql = f"""
-            WITH p AS (
-                SELECT a.mt, a.cat, a.prec, a.hardware AS hw_a, b.hardware AS hw_b,
-                       b.r - a.r AS d, b.phys - a.phys AS dp
-                FROM fh a JOIN fh b ON a.family_id = b.family_id AND a.hardware <> b.hardware)
-            SELECT 'mt' AS level, mt AS k1, -1 AS k2, hw_a, hw_b, median(d) AS d_med,
-                   count(*)::DOUBLE AS n, {sxy} AS sxy, {sxx} AS sxx
-            FROM p GROUP BY mt, hw_a, hw_b
-            UNION ALL
-            SELECT 'cat', cat, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, {sxy}, {sxx}
-            FROM p GROUP BY cat, prec, hw_a, hw_b
-            UNION ALL
-            SELECT 'all', -1, prec, hw_a, hw_b, median(d), count(*)::DOUBLE, {sxy}, {sxx}
-            FROM p GROUP BY prec, hw_a, hw_b
-            ORDER BY 1, 2, 3, 4, 5"""
-        self._con.register("fh", fh)
-        try:
-            t = self._con.execute(sql).df()
-        finally:
-            self._con.unregister("fh")
+        family, hw = self._family_type[present, 0], self._family_type[present, 1]
+        mt, cat, prec = (family_type.minimum(self._codes[c])[present].astype(np.int64)
+                         for c in ("model_type", "model_category", "precision"))
+        r, phys = family_type.median("r")[present], family_type.median("p")[present]
+        # Every ordered pair (a, b) of one family's types, a != b (the groups come sorted by
+        # family): row a meets each row of its family's run [start, start + size).
+        first = np.flatnonzero(np.r_[True, family[1:] != family[:-1]])
+        size = np.diff(np.r_[first, len(family)])
+        partners = np.repeat(size, size)
+        a = np.repeat(np.arange(len(family)), partners)
+        offset = np.arange(len(a)) - np.repeat(np.cumsum(partners) - partners, partners)
+        b = np.repeat(np.repeat(first, size), partners) + offset
+        a, b = a[a != b], b[a != b]
+        d, dp = r[b] - r[a], phys[b] - phys[a]
+        xy, xx = d * dp, dp * dp
+        parts = []
+        for level, k1, k2 in (("all", None, prec[a]), ("cat", cat[a], prec[a]),
+                              ("mt", mt[a], None)):
+            gid, keys = _group_ids([k for k in (k1, k2) if k is not None] + [hw[a], hw[b]])
+            pairs = SortedGroups(gid, len(keys), {"d": d}).select(0, len(d))
+            none = np.full(len(keys), -1, dtype=np.int64)
+            parts.append(pd.DataFrame({
+                "level": level, "k1": keys[:, 0] if k1 is not None else none,
+                "k2": keys[:, -3] if k2 is not None else none,
+                "hw_a": keys[:, -2], "hw_b": keys[:, -1],
+                "d_med": pairs.median("d"), "n": pairs.count().astype(np.float64),
+                # Sums over the pairs of d = r(B) - r(A) times, and of the square of, the
+                # difference of their physics estimates: the slope of how much of the
+                # physics gain between two types a job actually gets (see TransferIndex).
+                "sxy": _finite_sums(gid, xy, len(keys)),
+                "sxx": _finite_sums(gid, xx, len(keys))}))
+        t = pd.concat(parts, ignore_index=True)
         level = t["level"].to_numpy(dtype=object)
-        k1, k2 = t["k1"].to_numpy(dtype=np.int64), t["k2"].to_numpy(dtype=np.int64)
-        mt, cat, prec = (self._labels[c] for c in ("model_type", "model_category", "precision"))
-        keys_out = np.empty(len(t), dtype=object)
+        k1s, k2s = t["k1"].to_numpy(dtype=np.int64), t["k2"].to_numpy(dtype=np.int64)
+        mts, cats, precs = (self._labels[c] for c in ("model_type", "model_category",
+                                                        "precision"))
+        texts = np.empty(len(t), dtype=object)
         is_mt, is_cat = level == "mt", level == "cat"
         is_all = ~is_mt & ~is_cat
-        keys_out[is_mt] = mt[k1[is_mt]]
-        cat_prec = np.array([f"{c}/{p}" for c in cat for p in prec], dtype=object)
-        keys_out[is_cat] = cat_prec[k1[is_cat] * len(prec) + k2[is_cat]]
-        keys_out[is_all] = prec[k2[is_all]]
-        hw = self._labels["hardware"]
+        texts[is_mt] = mts[k1s[is_mt]]
+        cat_prec = np.array([f"{c}/{p}" for c in cats for p in precs], dtype=object)
+        texts[is_cat] = cat_prec[k1s[is_cat] * len(precs) + k2s[is_cat]]
+        texts[is_all] = precs[k2s[is_all]]
+        labels = self._labels["hardware"]
         return pd.DataFrame({
-            "level": level, "key": keys_out,
-            "hw_a": hw[t["hw_a"].to_numpy(dtype=np.int64)] if len(t) else np.array([], object),
-            "hw_b": hw[t["hw_b"].to_numpy(dtype=np.int64)] if len(t) else np.array([], object),
-            "d_med": t["d_med"].to_numpy(dtype=np.float64),
-            "n": t["n"].to_numpy(dtype=np.float64),
-            # Sums over the pairs of d = r(B) - r(A) times, and of the square of, the
-            # difference of their physics estimates: the slope of how much of the physics
-            # gain between two types a job actually gets (see TransferIndex).
-            "sxy": np.nan_to_num(t["sxy"].to_numpy(dtype=np.float64)),
-            "sxx": np.nan_to_num(t["sxx"].to_numpy(dtype=np.float64))})
+            "level": level, "key": texts, "hw_a": labels[t["hw_a"].to_numpy(dtype=np.int64)],
+            "hw_b": labels[t["hw_b"].to_numpy(dtype=np.int64)],
+            **{c: t[c].to_numpy(dtype=np.float64) for c in ("d_med", "n", "sxy", "sxx")}})
+
+
+def _finite_sums(gid: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Sum of the finite ``values`` per group in whole 1e-9 units (0 for a group without
+    any): an integer sum, exact below 2**53 units whatever the order, where a term too small
+    to matter adds nothing (so a gain slope is not read off differences of rounding noise).
+
+    >>> _finite_sums(np.array([0, 0, 1, 1]), np.array([0.1, 0.2, 4e-10, np.inf]), 2).tolist()
+    [0.3, 0.0]
+    """
+    ok = np.isfinite(values)
+    units = np.round(values[ok] * 1e9)
+    return np.bincount(gid[ok], weights=units, minlength=n_groups) / 1e9
 
 
 #: The level whose groups are (family, type) pairs: the transfer table's families.

@@ -65,9 +65,7 @@ class TrainConfig:
     ``pair_model`` carries a family's level to types it never ran on with the pair models
     (:mod:`leap.features.pairs`, refit weekly on the two weeks before); off, with the
     transfer tables alone (the ablation). ``threads`` is the thread count of each LightGBM fit
-    and of the snapshots' transfer-table query (DuckDB) in this process: both are
-    deterministic (the query's sums are exact, see
-    :class:`~leap.features.history.HistoryBuilder`), so it changes the speed, never the model
+    in this process: fits are deterministic, so it changes the speed, never the model
     (where several fits run at once, as in a backtest or on Dask workers, the caller lowers
     it so they do not oversubscribe the cores).
     """
@@ -302,8 +300,7 @@ def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
                          PairParams(seed=cfg.seed, num_threads=cfg.threads),
                          cache.pairs if cache is not None else None, fresh_at=until) \
         if cfg.pair_model and cfg.use_history else None
-    return HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs,
-                          threads=cfg.threads)
+    return HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
 
 
 def window_spec(train_rows: pd.DataFrame, catalog: Catalog, cfg: TrainConfig,
