@@ -101,7 +101,6 @@ def _table_keys(table: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
     return key_strings([key_column(table[k]) for k in keys])
 
 
-
 #: Rows :func:`prepare_history` reduces at a time: its physics estimates and shape keys cost
 #: about 1.5 KB a row while they are built, against some 130 bytes a row kept.
 PREPARE_CHUNK_ROWS = 200_000
@@ -419,40 +418,27 @@ class HistoryBuilder:
         b = np.repeat(np.repeat(first, size), partners) + offset
         a, b = a[a != b], b[a != b]
         d, dp = r[b] - r[a], phys[b] - phys[a]
-        xy, xx = d * dp, dp * dp
+        mts, cats, precs, hws = (self._labels[c] for c in ("model_type", "model_category",
+                                                           "precision", "hardware"))
         parts = []
         for level, k1, k2 in (("all", None, prec[a]), ("cat", cat[a], prec[a]),
                               ("mt", mt[a], None)):
             gid, keys = _group_ids([k for k in (k1, k2) if k is not None] + [hw[a], hw[b]])
             pairs = SortedGroups(gid, len(keys), {"d": d}).select(0, len(d))
-            none = np.full(len(keys), -1, dtype=np.int64)
+            text = (precs[keys[:, 0]] if level == "all" else mts[keys[:, 0]] if level == "mt"
+                    else cats[keys[:, 0]] + "/" + precs[keys[:, 1]])
             parts.append(pd.DataFrame({
-                "level": level, "k1": keys[:, 0] if k1 is not None else none,
-                "k2": keys[:, -3] if k2 is not None else none,
-                "hw_a": keys[:, -2], "hw_b": keys[:, -1],
+                "level": np.full(len(keys), level, dtype=object),
+                "key": pd.Series(text, dtype=object),
+                "hw_a": pd.Series(hws[keys[:, -2]], dtype=object),
+                "hw_b": pd.Series(hws[keys[:, -1]], dtype=object),
                 "d_med": pairs.median("d"), "n": pairs.count().astype(np.float64),
                 # Sums over the pairs of d = r(B) - r(A) times, and of the square of, the
                 # difference of their physics estimates: the slope of how much of the
                 # physics gain between two types a job actually gets (see TransferIndex).
-                "sxy": _finite_sums(gid, xy, len(keys)),
-                "sxx": _finite_sums(gid, xx, len(keys))}))
-        t = pd.concat(parts, ignore_index=True)
-        level = t["level"].to_numpy(dtype=object)
-        k1s, k2s = t["k1"].to_numpy(dtype=np.int64), t["k2"].to_numpy(dtype=np.int64)
-        mts, cats, precs = (self._labels[c] for c in ("model_type", "model_category",
-                                                        "precision"))
-        texts = np.empty(len(t), dtype=object)
-        is_mt, is_cat = level == "mt", level == "cat"
-        is_all = ~is_mt & ~is_cat
-        texts[is_mt] = mts[k1s[is_mt]]
-        cat_prec = np.array([f"{c}/{p}" for c in cats for p in precs], dtype=object)
-        texts[is_cat] = cat_prec[k1s[is_cat] * len(precs) + k2s[is_cat]]
-        texts[is_all] = precs[k2s[is_all]]
-        labels = self._labels["hardware"]
-        return pd.DataFrame({
-            "level": level, "key": texts, "hw_a": labels[t["hw_a"].to_numpy(dtype=np.int64)],
-            "hw_b": labels[t["hw_b"].to_numpy(dtype=np.int64)],
-            **{c: t[c].to_numpy(dtype=np.float64) for c in ("d_med", "n", "sxy", "sxx")}})
+                "sxy": _finite_sums(gid, d * dp, len(keys)),
+                "sxx": _finite_sums(gid, dp * dp, len(keys))}))
+        return pd.concat(parts, ignore_index=True)
 
 
 def _finite_sums(gid: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
