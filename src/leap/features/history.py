@@ -355,7 +355,7 @@ class HistoryBuilder:
                                 dtype=bool)
             excluded[family[known] * len(self._labels["hardware"]) + hw[known]] = True
             kept = ~excluded[self._pair]
-        tables, texts, family_type = {}, {}, None
+        tables, texts = {}, {}
         for lv in LEVELS:
             groups = self._groups[lv.name]
             full = groups.select(start, end, kept)
@@ -364,9 +364,8 @@ class HistoryBuilder:
                                           present, as_of)
             texts[lv.name] = self._key_texts[lv.name][present]
             if lv.name == _FAMILY_TYPE:
-                family_type = full
-        assert family_type is not None
-        tables[TRANSFER] = self._transfer_table(family_type)
+                transfer = self._transfer_table(full, present)
+        tables[TRANSFER] = transfer
         return Snapshot(as_of, self.lookback_days, tables,
                         self.pairs(as_of) if self.pairs is not None else None, texts)
 
@@ -394,16 +393,16 @@ class HistoryBuilder:
         out[f"{level.name}_sd_{v0}"] = full.std(v0)[present]
         return pd.DataFrame(out)
 
-    def _transfer_table(self, family_type: Selection) -> pd.DataFrame:
+    def _transfer_table(self, family_type: Selection, present: np.ndarray) -> pd.DataFrame:
         """Cross-type differences of the residual ``r`` between families' median levels.
 
         For every family that ran on two types A and B in the window, ``r(B) - r(A)`` of its
         median residuals is one sample of how B compares with A beyond the physics estimate.
         Their median and count per (model type, A, B), per (model category and precision, A,
         B) and per (precision, A, B); keys are :data:`~leap.features.transfer.TRANSFER_LEVELS`
-        texts. ``family_type`` is the snapshot's rows grouped by (family, type).
+        texts. ``family_type`` is the snapshot's rows grouped by (family, type); ``present``
+        the groups it holds rows of.
         """
-        present = np.flatnonzero(family_type.count() > 0)
         family, hw = self._family_type[present, 0], self._family_type[present, 1]
         mt, cat, prec = (family_type.minimum(self._codes[c])[present].astype(np.int64)
                          for c in ("model_type", "model_category", "precision"))
