@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -27,13 +28,18 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner, Result
 
+import leap.model.artifact as artifact_module
+import leap.model.verify as verify_module
 from leap.catalog import Catalog
+from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.ingest import IngestLimits, ingest_files, ingest_table, validate
 from leap.data.store import Store
 from leap.errors import ArtifactError, DataError
 from leap.model.artifact import MANIFEST, PROBE, Registry, load_artifact, verify_artifact
+from leap.model.verify import PROOF, write_proof
 from leap.model.window import default_as_of
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
@@ -127,6 +133,34 @@ def test_artifact_records_probe_predictions_and_verifies(reg: Registry) -> None:
     report = verify_artifact(path)
     assert report["ok"] and report["max_abs_diff"] <= 1e-6
     assert verify_artifact(path) is report, "one child per version, not per load"
+
+
+def test_a_passed_check_is_recorded_and_vouches_only_for_the_same_files_and_code(
+        reg: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = reg.path(reg.latest_version() or "")
+    assert (path / PROOF).is_file(), "publishing records its check beside the manifest"
+
+    def no_child(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the check process ran")
+
+    def new_process() -> None:  # what a later process knows: only the files
+        monkeypatch.setattr(artifact_module, "_VERIFIED", {})
+
+    monkeypatch.setattr(artifact_module, "subprocess",
+                        SimpleNamespace(run=no_child, TimeoutExpired=subprocess.TimeoutExpired))
+    new_process()
+    assert verify_artifact(path)["ok"], "the recorded check stands for the same files"
+    extra = path / "model" / "extra.txt"
+    extra.write_text("tree=0\n")  # a file the check never loaded
+    new_process()
+    with pytest.raises(AssertionError, match="the check process ran"):
+        verify_artifact(path)
+    extra.unlink()
+    monkeypatch.setattr(verify_module, "_runtime", lambda: "another leap or LightGBM")
+    new_process()
+    with pytest.raises(AssertionError, match="the check process ran"):
+        verify_artifact(path)
+    assert not write_proof(tmp_path / "absent", "key", {"ok": True}), "unwritable: no proof"
 
 
 def test_malformed_but_checksummed_model_is_refused_by_a_child(reg: Registry) -> None:
@@ -505,6 +539,12 @@ def test_versions_are_names_in_the_models_folder(reg: Registry, version: str) ->
 
 def test_cli_refuses_paths_as_versions(fresh_copy: Workspace, tmp_path: Path,
                                        jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    # In process: every model here is sound, so nothing can crash the interpreter.
+    _register()
+
+    def cli(*args: str) -> Result:
+        return CliRunner().invoke(app, ["--home", str(fresh_copy.home), *args])
+
     reg = Registry(fresh_copy.models_dir)
     outside = tmp_path / "elsewhere"
     shutil.copytree(reg.path(reg.latest_version() or ""), outside)
@@ -512,14 +552,14 @@ def test_cli_refuses_paths_as_versions(fresh_copy: Workspace, tmp_path: Path,
     job.write_text(json.dumps(jobs[0]))
     before = reg.latest_version()
     for version in (str(outside), f"../../{outside.name}"):
-        out = leap(fresh_copy.home, "rank", "--job", str(job), "--version", version)
-        assert out.returncode == 1 and "is not a version name" in out.stderr
-        out = leap(fresh_copy.home, "models", "rollback", "--to", version)
-        assert out.returncode == 1 and "is not a version name" in out.stderr
+        out = cli("rank", "--job", str(job), "--version", version)
+        assert out.exit_code == 1 and "is not a version name" in out.stderr
+        out = cli("models", "rollback", "--to", version)
+        assert out.exit_code == 1 and "is not a version name" in out.stderr
     assert reg.latest_version() == before
     (fresh_copy.models_dir / "LATEST").write_text(str(outside) + "\n")  # a hand-edited pointer
-    out = leap(fresh_copy.home, "rank", "--job", str(job), "--json")
-    assert out.returncode == 0 and "is not a version name" in json.loads(out.stdout)["reason"]
+    out = cli("rank", "--job", str(job), "--json")
+    assert out.exit_code == 0 and "is not a version name" in json.loads(out.stdout)["reason"]
 
 
 # 8. OpenAPI lists every status -----------------------------------------------------------------

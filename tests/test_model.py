@@ -64,7 +64,7 @@ def test_adding_later_attempts_changes_no_feature(attempts: pd.DataFrame, cut_da
 
 def test_training_rows_never_see_their_own_day(attempts: pd.DataFrame) -> None:
     as_of = SMALL_AS_OF
-    cfg = small_train_config()
+    cfg = small_train_config(window_days=4)  # the property is per day; four days show it
     ts = build_training_set(attempts, CAT, as_of, cfg)
     # Poison every outcome on the last training day: no training row of that day may change.
     last_day = as_of - timedelta(days=1)

@@ -20,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
+import leap.serve.app as app_module
 from leap.config import Workspace
 from leap.model.artifact import Registry
 from leap.rank.ranker import Ranker
@@ -137,6 +138,22 @@ def test_predict_endpoint(http: httpx.Client, ranker: Ranker,  # noqa: F811
     assert [p.predicted_throughput for p in out.predictions] == pytest.approx(
         local["predicted_throughput"].tolist(), rel=1e-12)
     assert [p.hardware for p in out.predictions] == local["hardware"].tolist()
+
+
+def test_only_big_batches_pay_for_handing_memory_back(
+        http: httpx.Client, jobs: list[dict[str, Any]],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(app_module, "release_memory", lambda: calls.append(1))
+    req = {"jobs": jobs[:2], "candidates": ["H100-SXM", "T4"]}
+    assert http.post("/v1/predict", json=req).status_code == 200
+    assert calls == [], "a 4-row batch runs no full collection"
+    monkeypatch.setattr(app_module, "RELEASE_ROWS", 4)
+    assert http.post("/v1/predict", json=req).status_code == 200
+    assert calls == [1], "the endpoint hands a batch of RELEASE_ROWS rows back"
+    monkeypatch.setattr(app_module, "RELEASE_BYTES", 10)
+    assert http.post("/v1/predict", json=req).status_code == 200
+    assert calls == [1, 1, 1], "and the edge a body of RELEASE_BYTES"
 
 
 def test_health_and_model_info(http: httpx.Client, ranker: Ranker) -> None:  # noqa: F811

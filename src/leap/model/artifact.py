@@ -42,7 +42,7 @@ from leap.features.encode import (
 from leap.features.history import Snapshot
 from leap.model.intervals import IntervalCalibrator
 from leap.model.split import Model, model_from_files
-from leap.model.verify import probe_jobs
+from leap.model.verify import probe_jobs, proof_key, read_proof, write_proof
 
 ARTIFACT_VERSION = 1
 SCHEMA_VERSION = 1
@@ -279,7 +279,9 @@ def verify_artifact(directory: Path, *, timeout_s: float = DEFAULT_VERIFY_TIMEOU
     loads the artifact and scores its :data:`PROBE` jobs; the artifact is trusted only when
     that child exits 0 and its predictions match the recorded ones. A crash, a hang (after
     ``timeout_s``) or a mismatch is an :class:`~leap.errors.ArtifactError`, never a crash of
-    the caller. A pass is remembered for this process (keyed by the manifest's bytes).
+    the caller. A pass is remembered for this process (keyed by the manifest's bytes) and
+    written beside the manifest for later processes (:data:`~leap.model.verify.PROOF`: the
+    child runs again whenever the files or the code that loads them change).
 
     Returns
     -------
@@ -300,12 +302,19 @@ def verify_artifact(directory: Path, *, timeout_s: float = DEFAULT_VERIFY_TIMEOU
     directory = Path(directory)
     mpath = directory / MANIFEST
     try:
-        key = (str(directory.resolve()), hashlib.sha256(mpath.read_bytes()).hexdigest())
+        manifest = mpath.read_bytes()
     except OSError:
         raise ArtifactError(f"{directory} is not a leap model artifact (no {MANIFEST})") from None
+    key = (str(directory.resolve()), hashlib.sha256(manifest).hexdigest())
     with _VERIFIED_LOCK:
         if key in _VERIFIED:
             return _VERIFIED[key]
+    proof = proof_key(directory, manifest)
+    earlier = read_proof(directory, proof)
+    if earlier is not None:
+        with _VERIFIED_LOCK:
+            _VERIFIED[key] = earlier
+        return earlier
     src = str(Path(__file__).resolve().parents[2])  # so the child imports this same leap
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
@@ -336,6 +345,7 @@ def verify_artifact(directory: Path, *, timeout_s: float = DEFAULT_VERIFY_TIMEOU
                                                [f"exit status {proc.returncode}"])[-1])
         raise ArtifactError(f"{directory}: model failed verification: {why} (republish or "
                             "roll back to a good version)")
+    write_proof(directory, proof, report)
     with _VERIFIED_LOCK:
         _VERIFIED[key] = report
     return report

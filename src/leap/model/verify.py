@@ -5,11 +5,24 @@ Run as ``python -m leap.model.verify DIR``. It runs in a short-lived process of 
 a native crash of the model parser (LightGBM can abort or segfault on a malformed model text
 whose checksum matches) ends this process, never the server or command that asked.
 Exit status 0 means the artifact loaded and reproduced its probe; anything else is a refusal.
+
+A pass is written beside the manifest as :data:`PROOF`, keyed by :func:`proof_key`: the
+manifest's bytes (which hold every file's checksum), the artifact's file names, and the code
+that loaded them (this leap's source, the libraries, Python, the machine). A later process
+that finds a matching proof skips the child: the same bytes were already loaded and scored by
+the same code. Any change to either, or a file added to the artifact, gives another key, and
+the child runs again. The proof vouches for the files the manifest lists, so it holds only
+where loading checks those checksums (:func:`~leap.model.artifact.load_artifact`'s default).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 import json
+import os
+import platform
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +31,70 @@ if TYPE_CHECKING:
     from leap.catalog import Catalog
     from leap.features.encode import FeatureSpec
     from leap.features.history import Snapshot
+
+
+#: The record of a passed check, written beside the manifest (see the module docstring).
+PROOF = "verified.json"
+#: Files beside the model that are not part of what the check loaded: the proof itself and
+#: the compiled-trees cache (:mod:`leap.model.compiled`, checked against LightGBM on load).
+_NOT_LOADED = (PROOF, "compiled")
+
+
+@functools.cache
+def _runtime() -> str:
+    """This leap's source and the versions of what loads a model, as one digest."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]
+    for path in sorted(package.rglob("*.py")):
+        h.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for dist in ("lightgbm", "numpy", "pandas", "pyarrow"):
+        try:
+            h.update(f"{dist} {version(dist)}\0".encode())
+        except PackageNotFoundError:
+            h.update(f"{dist} -\0".encode())
+    h.update(f"{sys.version}|{platform.machine()}".encode())
+    return h.hexdigest()
+
+
+def proof_key(directory: Path, manifest: bytes) -> str:
+    """What a check of ``directory`` proves: its manifest's bytes, the names of its files and
+    the code that loaded them (:func:`_runtime`)."""
+    h = hashlib.sha256(manifest)
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory)
+        if path.is_file() and rel.parts[0] not in _NOT_LOADED:
+            h.update(rel.as_posix().encode() + b"\0")
+    h.update(_runtime().encode())
+    return h.hexdigest()
+
+
+def read_proof(directory: Path, key: str) -> dict[str, Any] | None:
+    """The report of an earlier check with this ``key``, or None (none, another key, or
+    unreadable: the check then runs again)."""
+    try:
+        doc = json.loads((directory / PROOF).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(
+            doc.get("report"), dict) or doc["report"].get("ok") is not True:
+        return None
+    return dict(doc["report"])
+
+
+def write_proof(directory: Path, key: str, report: dict[str, Any]) -> bool:
+    """Record a passed check (atomically; False where the folder is not writable, which only
+    means the next process checks again)."""
+    tmp = directory / f".{PROOF}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps({"key": key, "report": report}) + "\n")
+        os.replace(tmp, directory / PROOF)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True
 
 
 def probe_jobs(snapshot: Snapshot, spec: FeatureSpec, catalog: Catalog) -> list[dict[str, Any]]:
