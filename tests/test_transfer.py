@@ -275,3 +275,22 @@ def test_missing_key_text_is_none_on_both_paths(n: int) -> None:
     frame = pd.DataFrame({"model_category": [np.nan] * n, "precision": [None] * n})
     cols = Columns.from_frame(frame)
     assert set(cols.text("model_category")) == {"None"} == set(cols.text("precision"))
+
+
+def test_encoding_in_blocks_gives_the_same_rows(trained_workspace: Workspace,
+                                                attempts: pd.DataFrame,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are encoded a block at a time (bounded memory on a large day); any block size,
+    a last block small enough for the request path included, gives the same matrix."""
+    import leap.features.encode as encode_module
+    from leap.model.artifact import Registry
+
+    art = Registry(trained_workspace.models_dir).load()
+    assert art.snapshot.pairs is not None, "the pair and shape estimates are exercised"
+    day = attempts[attempts["submitted_at"] >= SMALL_AS_OF - timedelta(days=1)].iloc[:1000]
+    whole = encode(day, art.snapshot, CAT, art.full_spec)
+    monkeypatch.setattr(encode_module, "ENCODE_CHUNK_ROWS", 300)  # 300 x 3 + 100 rows
+    np.testing.assert_array_equal(encode(day, art.snapshot, CAT, art.full_spec), whole)
+    small = encode(day, art.snapshot, CAT, art.full_spec, dtype=np.float32)
+    assert small.dtype == np.float32
+    np.testing.assert_array_equal(small, whole.astype(np.float32))

@@ -27,6 +27,8 @@ from leap.features.transfer import TRANSFER_FEATURES
 
 FEATURE_VERSION = 10
 
+#: Rows :func:`encode` computes at a time (the result is the same for any block size).
+ENCODE_CHUNK_ROWS = 32_768
 #: Columns a serving request must be able to supply (everything else is optional).
 REQUEST_COLUMNS: tuple[str, ...] = ("family_id", "model_type", "trainer_count", "batch_size",
                                     "hardware")
@@ -153,7 +155,7 @@ def check_request_columns(jobs: Columns | pd.DataFrame) -> None:
 
 
 def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
-           spec: FeatureSpec) -> np.ndarray:
+           spec: FeatureSpec, dtype: type[np.floating[Any]] = np.float64) -> np.ndarray:
     """Model rows for ``jobs`` (one row each, on the hardware in its ``hardware`` column).
 
     Parameters
@@ -166,10 +168,17 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
         Must contain every ``hardware`` value.
     spec : FeatureSpec
         Feature names and vocabularies of the model.
+    dtype : float type
+        Of the result (training keeps its matrix in float32).
 
     Returns
     -------
-    ndarray of float64, shape (len(jobs), len(spec.names)); NaN is a missing value.
+    ndarray of ``dtype``, shape (len(jobs), len(spec.names)); NaN is a missing value.
+
+    Every row depends only on its own columns and the snapshot, so many rows are encoded
+    :data:`ENCODE_CHUNK_ROWS` at a time into the one result: the per-row intermediates
+    (a row by every type, for the transfer features) stay a few hundred megabytes on a
+    large fleet's day instead of growing with it.
 
     Examples
     --------
@@ -179,6 +188,20 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
     """
     check_request_columns(jobs)
     cols_in = jobs if isinstance(jobs, Columns) else Columns.from_frame(jobs)
+    n = len(cols_in)
+    if n <= ENCODE_CHUNK_ROWS:
+        return _encode_rows(cols_in, snapshot, catalog, spec).astype(dtype, copy=False)
+    out = np.empty((n, len(spec.names)), dtype=dtype)
+    for start in range(0, n, ENCODE_CHUNK_ROWS):
+        stop = min(start + ENCODE_CHUNK_ROWS, n)
+        out[start:stop] = _encode_rows(cols_in.take(np.arange(start, stop)), snapshot,
+                                       catalog, spec)
+    return out
+
+
+def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
+                 spec: FeatureSpec) -> np.ndarray:
+    """:func:`encode` of one block of rows (float64)."""
     n = len(cols_in)
     cols: dict[str, np.ndarray] = {}
     for c in _LOG_JOB:

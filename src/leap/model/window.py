@@ -374,7 +374,7 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
             t1 = time.perf_counter()
             snap = builder.snapshot(start)
             t2 = time.perf_counter()
-            hit = encode(rows, snap, catalog, full).astype(TRAIN_DTYPE)
+            hit = encode(rows, snap, catalog, full, dtype=TRAIN_DTYPE)
             snap_s += t2 - t1
             enc_s += time.perf_counter() - t2
             if cache is not None:
