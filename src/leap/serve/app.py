@@ -177,13 +177,13 @@ class _Edge:
             if predict:
                 self.predicts_in_flight += 1
                 counted = True
-            body = await self._read_body(scope, receive)
-            big = predict and body is not None and sum(
-                len(m.get("body", b"")) for m in body) >= RELEASE_BYTES
-            if body is None:
+            read = await self._read_body(scope, receive)
+            if read is None:
                 await _error(send_status, 413, f"the request body is larger than "
                              f"{self.max_body_bytes:,} bytes; send smaller batches")
                 return
+            body, size = read
+            big = predict and size >= RELEASE_BYTES
             await self.app(scope, _replay(body, receive), send_status)
         finally:
             if counted:
@@ -193,8 +193,10 @@ class _Edge:
             self.requests.labels(path, scope.get("method", ""), str(status[0])).inc()
             self.latency.labels(path).observe(time.perf_counter() - t0)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> list[Message] | None:
-        """The request's body messages, or None as soon as it is over the limit."""
+    async def _read_body(self, scope: Scope, receive: Receive
+                         ) -> tuple[list[Message], int] | None:
+        """The request's body messages and their bytes, or None as soon as it is over the
+        limit."""
         for key, value in scope.get("headers", ()):
             if key == b"content-length":
                 try:
@@ -208,12 +210,12 @@ class _Edge:
             message = await receive()
             messages.append(message)
             if message["type"] != "http.request":
-                return messages
+                return messages, size
             size += len(message.get("body", b""))
             if size > self.max_body_bytes:
                 return None
             if not message.get("more_body", False):
-                return messages
+                return messages, size
 
     def _authorized(self, scope: Scope) -> bool:
         assert self.token is not None
