@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -214,18 +215,18 @@ def test_leap_rankings_deduplicates_and_fails_open(trained_workspace: Workspace)
     ranker = Ranker(Registry(trained_workspace.models_dir).load())
     with Store(trained_workspace.store_path, read_only=True) as store:
         jobs = load_attempts(store, T0 + timedelta(days=11), T0 + timedelta(days=12)).head(3)
-    calls = 0
-    original = ranker.rank
+    ranked: list[int] = []
+    original = ranker.rank_many
 
-    def counting(*args: object, **kwargs: object) -> object:
-        nonlocal calls
-        calls += 1
-        return original(*args, **kwargs)  # type: ignore[arg-type]
+    def counting(jobs: Any, *args: object, **kwargs: object) -> object:
+        ranked.append(len(jobs))
+        return original(jobs, *args, **kwargs)  # type: ignore[arg-type]
 
-    ranker.rank = counting  # type: ignore[method-assign]
+    ranker.rank_many = counting  # type: ignore[method-assign]
     doubled = pd.concat([jobs, jobs], ignore_index=True)
     out = leap_rankings(ranker, doubled, [["L4", "A40"]] * 6)
-    assert calls == 3 and [r.ranking for r in out[:3]] == [r.ranking for r in out[3:]]
+    # Each distinct request once, all in one batch.
+    assert ranked == [3] and [r.ranking for r in out[:3]] == [r.ranking for r in out[3:]]
     empty = leap_rankings(ranker, jobs.head(1), [[]])
     assert empty[0].ranking == [] and empty[0].reason is not None
     with pytest.raises(DataError, match="one list per job"):

@@ -453,6 +453,54 @@ def test_model_failures_fail_open(ranker: Ranker, jobs: list[dict[str, Any]],
     assert p.frame.empty and p.reason is not None and p.reason.startswith("prediction_failed")
 
 
+def _without_latency(results: list[RankResult]) -> list[RankResult]:
+    return [dataclasses.replace(r, latency_ms=0.0) for r in results]
+
+
+@pytest.mark.parametrize(("objective", "risk", "budget"), [
+    ("value", "cautious", None), ("value", "averse", 40.0), ("throughput", "neutral", None)])
+def test_ranking_many_jobs_at_once_gives_each_its_own_answer(
+        ranker: Ranker, trained_workspace: Workspace, objective: str, risk: str,
+        budget: float | None) -> None:
+    many = sample_jobs(trained_workspace, 80)
+    # Jobs with and without optional fields side by side in one batch.
+    many += [{**many[0], "flops_per_sample": 2e9},
+             {k: v for k, v in many[4].items() if k not in ("num_params", "precision")},
+             {"family_id": "never-seen",
+                                                   "model_type": "m", "trainer_count": 2,
+                                                   "batch_size": 64},
+             {**many[1], "trainer_count": -3}]  # refused: fails open alone
+    cands: list[list[str] | None] = [None] * len(many)
+    cands[1], cands[2], cands[3] = ["H200", "B200"], ["T44", "L4"], ["L4", "L4", "T4"]
+    options = {"objective": objective, "risk": risk, "max_cost_per_hour": budget}
+    before = dict(ranker.fail_open_counts)
+    batch = ranker.rank_many(many, cands, **options)  # type: ignore[arg-type]
+    assert ranker.fail_open_counts["invalid_request"] == before["invalid_request"] + 1
+    alone = [ranker.rank(j, c, **options) for j, c in zip(many, cands, strict=True)]  # type: ignore[arg-type]
+    assert _without_latency(batch) == _without_latency(alone)
+    assert batch[-1].reason is not None and batch[-1].reason.startswith("invalid_request")
+    assert sum(bool(r.ranking) for r in batch) >= 60
+
+
+def test_a_failing_batch_ranks_its_jobs_one_by_one(ranker: Ranker, jobs: list[dict[str, Any]],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    model = ranker.serving.artifact.model  # type: ignore[union-attr]
+    predict = model.predict
+
+    def nan_for_batches(X: np.ndarray, *, base: np.ndarray) -> np.ndarray:
+        out = predict(X, base=base)
+        return np.full(len(X), np.nan) if len(X) > 30 else out
+
+    want = [ranker.rank(j) for j in jobs[:4]]
+    monkeypatch.setattr(model, "predict", nan_for_batches)
+    before = ranker.fail_open_counts["prediction_failed"]
+    got = ranker.rank_many(jobs[:4], [None] * 4)
+    assert _without_latency(got) == _without_latency(want)
+    assert ranker.fail_open_counts["prediction_failed"] == before, "no job failed alone"
+    with pytest.raises(ConfigError, match="one list"):
+        ranker.rank_many(jobs[:2], [None])
+
+
 def test_batch_predict(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:
     from leap.model.predict import predict_frame
 

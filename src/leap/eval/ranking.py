@@ -57,7 +57,7 @@ from leap.eval.rank_quality import (
     random_quality,
     summarize_quality,
 )
-from leap.rank.results import value
+from leap.rank.results import DEFAULT_RISK, value
 from leap.records import Record
 
 __all__ = [
@@ -145,12 +145,18 @@ def job_requests(jobs: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+#: Distinct requests :func:`leap_rankings` ranks in one call of ``Ranker.rank_many``.
+RANK_BLOCK = 250
+
+
 def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Sequence[str]],
                   progress: Progress | None = None, *, risk: str | None = None
                   ) -> list[RankResult]:
     """LEAP's answer for each job on its candidates (the one call site of the ranker).
 
     Identical (job, candidates) requests are ranked once: a day repeats many configurations.
+    The distinct ones go :data:`RANK_BLOCK` at a time to ``Ranker.rank_many``, whose answers
+    are those of ``Ranker.rank`` one by one, for one feature encoding per block.
 
     Parameters
     ----------
@@ -180,17 +186,17 @@ def leap_rankings(ranker: Ranker, jobs: pd.DataFrame, candidates: Sequence[Seque
     for i, key in enumerate(keys):
         unique.setdefault(key, i)
     answers: dict[Any, RankResult] = {}
-    total = len(unique)
-    for done, (key, i) in enumerate(unique.items(), start=1):
-        cands = list(candidates[i])
-        if cands:
-            answers[key] = ranker.rank(requests[i], cands) if risk is None else \
-                ranker.rank(requests[i], cands, risk=risk)
-        else:
-            answers[key] = _no_candidates()
-        if progress and (done % 200 == 0 or done == total):
-            progress(done, total)
-    return [answers[k] for k in keys]
+    order = list(unique.items())
+    total = len(order)
+    for start in range(0, total, RANK_BLOCK):
+        block = [(key, i) for key, i in order[start:start + RANK_BLOCK] if candidates[i]]
+        got = ranker.rank_many([requests[i] for _, i in block],
+                               [list(candidates[i]) for _, i in block],
+                               risk=DEFAULT_RISK if risk is None else risk)
+        answers.update(zip((key for key, _ in block), got, strict=True))
+        if progress:
+            progress(min(start + RANK_BLOCK, total), total)
+    return [answers[k] if k in answers else _no_candidates() for k in keys]
 
 
 def availability_rankings(ranker: Ranker, jobs: pd.DataFrame,

@@ -71,6 +71,28 @@ class Columns:
         arrays["hardware"] = np.asarray(list(hardware), dtype=object)
         return cls(arrays, n)
 
+    @classmethod
+    def concat(cls, parts: Sequence[Columns]) -> Columns:
+        """The rows of ``parts`` one after another. A column some parts lack is missing in
+        their rows: NaN in a numeric column, None in any other.
+
+        >>> c = Columns.concat([Columns.from_request({"family_id": "f", "batch_size": 8},
+        ...                                          ["T4"]),
+        ...                     Columns.from_request({"family_id": "g"}, ["L4", "A10"])])
+        >>> c.num("batch_size").tolist(), c.obj("family_id").tolist()
+        ([8.0, nan, nan], ['f', 'g', 'g'])
+        """
+        names = list(dict.fromkeys(c for p in parts for c in p._arrays))
+        arrays: dict[str, np.ndarray] = {}
+        for c in names:
+            have = [p._arrays[c] for p in parts if c in p._arrays]
+            numeric = all(a.dtype.kind in "fiu" for a in have)
+            arrays[c] = np.concatenate([
+                p._arrays[c] if c in p._arrays else
+                np.full(p.n, np.nan) if numeric else np.full(p.n, None, dtype=object)
+                for p in parts])
+        return cls(arrays, sum(p.n for p in parts))
+
     def take(self, rows: np.ndarray) -> Columns:
         """The rows at positions ``rows`` (repeats allowed), every column."""
         return Columns({c: a[rows] for c, a in self._arrays.items()}, len(rows))

@@ -164,20 +164,28 @@ def fold_availability(ranking: Sequence[RankedType], free_devices: Mapping[str, 
     return room + full
 
 
-def rank_rows(serving: Serving, job: dict[str, Any], names: list[str], costs: Catalog,
-              price_of: Callable[[str], _Price], objective: str, budget: float | None,
-              risk: str = DEFAULT_RISK) -> tuple[list[RankedType], list[Excluded]]:
-    """The preference list of ``names`` for one validated ``job``, and the types left out.
+@dataclass
+class _Plan:
+    """One job's rows to score: its runnable candidates, then the reference types the premium
+    speed-up needs, with the prices and the types already left out."""
 
-    Encodes the rows (one per runnable type, plus the reference types the premium speed-up
-    needs), scores them in one call of the artifact's prediction path, and applies the
-    exclusions, flags and premium rule of :mod:`leap.rank.ranker`.
-    """
-    art = serving.artifact
-    model_cat = art.catalog
+    job: dict[str, Any]
+    runnable: list[str]
+    refs: list[str]
+    prices: dict[str, _Price]
+    excluded: list[Excluded]
+
+    @property
+    def rows(self) -> list[str]:
+        return self.runnable + self.refs
+
+
+def _plan(serving: Serving, job: dict[str, Any], names: list[str], costs: Catalog,
+          price_of: Callable[[str], _Price]) -> _Plan:
+    """The rows to encode for ``job``, and the candidates left out before any prediction."""
+    model_cat = serving.artifact.catalog
     excluded: list[Excluded] = []
     dpt = job["devices_per_trainer"] or 1
-    devices = int(job["trainer_count"]) * int(dpt)
     prices: dict[str, _Price] = {}
     runnable: list[str] = []
     for n in names:
@@ -209,13 +217,21 @@ def rank_rows(serving: Serving, job: dict[str, Any], names: list[str], costs: Ca
     refs = [n for n in model_cat if n not in prices and n in costs
             and not costs[n].premium and dpt <= model_cat[n].devices_per_host] \
         if need_ref else []
-    rows = runnable + refs
-    X = serving.encode(job, rows)
-    mem_fit = X[:, _COL_MEM_FIT]
-    fam_hw_n = X[:, _COL_FAM_HW_N]
-    proven = serving.family_min_memory_gb.get(str(job["family_id"]), math.inf)
-    fits = ~(mem_fit > 1.0) | (serving.specs["memory_gb"][[serving.pos[r] for r in rows]]
-                               >= proven)
+    return _Plan(job, runnable, refs, prices, excluded)
+
+
+def _fits(serving: Serving, plan: _Plan, X: np.ndarray) -> np.ndarray:
+    """Whether the job fits each row's device memory: the physics estimate says so, or the
+    family has succeeded on a type with at least as much memory."""
+    proven = serving.family_min_memory_gb.get(str(plan.job["family_id"]), math.inf)
+    mem = serving.specs["memory_gb"][[serving.pos[r] for r in plan.rows]]
+    return ~(X[:, _COL_MEM_FIT] > 1.0) | (mem >= proven)
+
+
+def _scores(serving: Serving, X: np.ndarray, fits: np.ndarray, rows: Sequence[str]
+            ) -> tuple[np.ndarray, ...]:
+    """Samples/s, its 80% interval and the novelty group of each row that fits (NaN and -1
+    elsewhere), from one call of the artifact's prediction path."""
     log_tp, log_lo, log_hi, fit_group = serving.artifact.predict_encoded(X[fits])
     bad = ~np.isfinite(log_tp)
     if bad.any():
@@ -231,11 +247,61 @@ def rank_rows(serving: Serving, job: dict[str, Any], names: list[str], costs: Ca
     group[fits] = fit_group
     if not np.all(np.isfinite(tp[fits] * 3600.0)):
         raise FloatingPointError("predicted throughput overflows")
+    return tp, lo, hi, group
+
+
+def rank_rows(serving: Serving, job: dict[str, Any], names: list[str], costs: Catalog,
+              price_of: Callable[[str], _Price], objective: str, budget: float | None,
+              risk: str = DEFAULT_RISK) -> tuple[list[RankedType], list[Excluded]]:
+    """The preference list of ``names`` for one validated ``job``, and the types left out.
+
+    Encodes the rows (one per runnable type, plus the reference types the premium speed-up
+    needs), scores them in one call of the artifact's prediction path, and applies the
+    exclusions, flags and premium rule of :mod:`leap.rank.ranker`.
+    """
+    plan = _plan(serving, job, names, costs, price_of)
+    X = serving.encode(job, plan.rows)
+    fits = _fits(serving, plan, X)
+    return _entries(serving, plan, X, fits, _scores(serving, X, fits, plan.rows), costs,
+                    objective, budget, risk)
+
+
+def rank_rows_many(serving: Serving, jobs: Sequence[dict[str, Any]],
+                   names: Sequence[list[str]], costs: Catalog,
+                   price_of: Callable[[str], _Price], objective: str, budget: float | None,
+                   risk: str = DEFAULT_RISK) -> list[tuple[list[RankedType], list[Excluded]]]:
+    """:func:`rank_rows` of each job on its names, with one encoding and one model call for
+    the rows of all of them (every row depends only on its own job and type, so each answer
+    is the one :func:`rank_rows` gives)."""
+    plans = [_plan(serving, job, n, costs, price_of) for job, n in zip(jobs, names, strict=True)]
+    X = serving.encode_many([(p.job, p.rows) for p in plans])
+    ends = np.cumsum([len(p.rows) for p in plans]).tolist()
+    starts = [0, *ends[:-1]]
+    fits = np.concatenate([_fits(serving, p, X[a:b]) for p, a, b in zip(plans, starts, ends,
+                                                                         strict=True)]
+                          ) if plans else np.zeros(0, dtype=bool)
+    scores = _scores(serving, X, fits, [r for p in plans for r in p.rows])
+    return [_entries(serving, p, X[a:b], fits[a:b], tuple(s[a:b] for s in scores), costs,
+                     objective, budget, risk)
+            for p, a, b in zip(plans, starts, ends, strict=True)]
+
+
+def _entries(serving: Serving, plan: _Plan, X: np.ndarray, fits: np.ndarray,
+             scores: tuple[np.ndarray, ...], costs: Catalog, objective: str,
+             budget: float | None, risk: str) -> tuple[list[RankedType], list[Excluded]]:
+    """The exclusions, flags and premium rule over one job's scored rows, in order."""
+    job, rows, runnable, prices = plan.job, plan.rows, plan.runnable, plan.prices
+    model_cat = serving.artifact.catalog
+    excluded = list(plan.excluded)
+    devices = int(job["trainer_count"]) * int(job["devices_per_trainer"] or 1)
+    flops = job["flops_per_sample"]
+    mfu_rule = flops is not None and flops > 0
+    tp, lo, hi, group = scores
     no_family = not np.isfinite(X[0, _COL_FAM_N]) if len(rows) else True
     # Plain Python lists: the loop below reads one value at a time, and NumPy scalar
     # access costs far more per read.
     peak = serving.peak_flops(job["precision"], rows).tolist()
-    mem_fit, fam_hw_n = mem_fit.tolist(), fam_hw_n.tolist()
+    mem_fit, fam_hw_n = X[:, _COL_MEM_FIT].tolist(), X[:, _COL_FAM_HW_N].tolist()
     tp_, fits_ = tp.tolist(), fits.tolist()
     lo_, hi_, group_ = lo.tolist(), hi.tolist(), group.tolist()
     standard = [tp_[i] for i, r in enumerate(rows) if fits_[i] and not costs[r].premium]

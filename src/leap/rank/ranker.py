@@ -60,6 +60,7 @@ from leap.rank.policy import (
     _Price,
     fold_availability,
     rank_rows,
+    rank_rows_many,
 )
 from leap.rank.requests import (
     _check_free_devices,
@@ -97,15 +98,23 @@ def _recorded(rank: Callable[..., RankResult]) -> Callable[..., RankResult]:
     def wrapper(self: Ranker, job: Mapping[str, Any], candidates: Sequence[str] | None = None,
                 **kwargs: Any) -> RankResult:
         result = rank(self, job, candidates, **kwargs)
-        sink = self.decision_sink
-        if sink is not None:
-            try:
-                sink(job, candidates, result)
-            except Exception:  # a recording bug must not fail the launch it records
-                log.exception("decision sink failed")
+        self._record(job, candidates, result)
         return result
 
     return wrapper
+
+
+def _answer(ranking: list[RankedType], excluded: list[Excluded], version: str | None,
+            objective: str, risk: str, ignored: list[str], latency_ms: float) -> RankResult:
+    """A ranking's answer: the left-out types in reason order, and why it is empty if so."""
+    excluded = sorted(excluded, key=lambda e: (EXCLUSION_REASONS.index(e.reason), e.hardware))
+    # An empty answer always says why: every candidate was left out (see `excluded`).
+    reason = None if ranking else (
+        f"no_eligible_type: all {len(excluded)} candidate(s) were left out ("
+        + ", ".join(sorted({e.reason for e in excluded})) + "); see excluded")
+    return RankResult(ranking=ranking, excluded=excluded, model_version=version,
+                      reason=reason, objective=objective, latency_ms=latency_ms,
+                      ignored_fields=ignored, risk=risk)
 
 
 # The ranker -----------------------------------------------------------------------------------
@@ -276,6 +285,16 @@ class Ranker:
             "hardware": list(s.artifact.catalog)})
         return info
 
+    def _record(self, job: Mapping[str, Any], candidates: Sequence[str] | None,
+                result: RankResult) -> None:
+        """Hand an answer to the decision sink (a failing sink is logged, never raised)."""
+        sink = self.decision_sink
+        if sink is not None:
+            try:
+                sink(job, candidates, result)
+            except Exception:  # a recording bug must not fail the launch it records
+                log.exception("decision sink failed")
+
     def record_fail_open(self, code: str, detail: str) -> str:
         """Count a fail-open answer under ``code`` and return its reason text."""
         with self._counts_lock:
@@ -367,16 +386,70 @@ class Ranker:
             log.exception("rank failed open")
             return self._empty(t0, version, objective,
                                self.record_fail_open("prediction_failed", _describe(exc)))
-        excluded = sorted(unknown + excluded,
-                          key=lambda e: (EXCLUSION_REASONS.index(e.reason), e.hardware))
-        # An empty answer always says why: every candidate was left out (see `excluded`).
-        reason = None if ranking else (
-            f"no_eligible_type: all {len(excluded)} candidate(s) were left out ("
-            + ", ".join(sorted({e.reason for e in excluded})) + "); see excluded")
-        return RankResult(ranking=ranking, excluded=excluded, model_version=version,
-                          reason=reason, objective=objective,
-                          latency_ms=(time.perf_counter() - t0) * 1e3, ignored_fields=ignored,
-                          risk=risk)
+        return _answer(ranking, unknown + excluded, version, objective, risk, ignored,
+                       (time.perf_counter() - t0) * 1e3)
+
+    def rank_many(self, jobs: Sequence[Mapping[str, Any]],
+                  candidates: Sequence[Sequence[str] | None], *, objective: str = "value",
+                  max_cost_per_hour: float | None = None, risk: str = DEFAULT_RISK
+                  ) -> list[RankResult]:
+        """:meth:`rank` of each job on its candidates: the same answers, with one feature
+        encoding and one model call for the rows of all of them (for studies and batch
+        callers; a few hundred jobs at a time keep the rows a few megabytes).
+
+        A request that :meth:`rank` would refuse gets its fail-open answer, counted as
+        there; if scoring the batch fails, every job is ranked on its own, so one bad job
+        fails open alone. ``latency_ms`` of a batch answer is its share of the batch's time.
+        Each answer goes to the decision sink, as from :meth:`rank`.
+
+        Examples
+        --------
+        Not run here (it needs a workspace)::
+
+            answers = ranker.rank_many([job_a, job_b], [["H100-SXM", "L4"], None])
+        """
+        if len(candidates) != len(jobs):
+            raise ConfigError(f"rank_many got {len(candidates)} candidate lists for "
+                              f"{len(jobs)} jobs; pass one list (or None) per job")
+        t0 = time.perf_counter()
+
+        def alone(i: int) -> RankResult:
+            return self.rank(jobs[i], candidates[i], objective=objective,
+                             max_cost_per_hour=max_cost_per_hour, risk=risk)
+        try:
+            serving = self.watcher.current()
+            _check_objective(objective, max_cost_per_hour)
+            usable = serving is not None and risk in RISKS
+        except Exception:  # rank() answers each with its own fail-open reason
+            serving, usable = None, False
+        if serving is None or not usable:
+            return [alone(i) for i in range(len(jobs))]
+        answers: dict[int, RankResult] = {}
+        batch: list[tuple[int, dict[str, Any], list[str], list[Excluded], list[str]]] = []
+        for i, (job, cands) in enumerate(zip(jobs, candidates, strict=True)):
+            try:
+                values, ignored = normalize_job(job)
+                names, unknown = self._candidates(serving, cands, False)
+            except Exception:  # refused as rank() refuses it: its fail-open answer
+                answers[i] = alone(i)
+                continue
+            batch.append((i, values, names, unknown, ignored))
+        costs = self._cost_catalog(serving)
+        assert costs is not None
+        try:
+            parts = rank_rows_many(serving, [b[1] for b in batch], [b[2] for b in batch], costs,
+                                   lambda n: self._price(costs, n), objective,
+                                   max_cost_per_hour, risk)
+        except Exception:  # one job's failure must fail that job alone, as in rank()
+            log.warning("batch ranking failed; ranking its jobs one by one", exc_info=True)
+            answers.update((b[0], alone(b[0])) for b in batch)
+            return [answers[i] for i in range(len(jobs))]
+        share_ms = (time.perf_counter() - t0) * 1e3 / max(len(batch), 1)
+        for (i, _, _, unknown, ignored), (ranking, excluded) in zip(batch, parts, strict=True):
+            answers[i] = _answer(ranking, unknown + excluded, serving.version, objective, risk,
+                                 ignored, share_ms)
+            self._record(jobs[i], candidates[i], answers[i])
+        return [answers[i] for i in range(len(jobs))]
 
     def _empty(self, t0: float, version: str | None, objective: str, reason: str) -> RankResult:
         return RankResult(ranking=[], excluded=[], model_version=version, reason=reason,

@@ -89,6 +89,12 @@ class Serving:
         """Every feature column of ``job`` (normalized) on each of ``hardware``."""
         return self.artifact.encode_full(Columns.from_request(job, hardware))
 
+    def encode_many(self, requests: Sequence[tuple[Mapping[str, Any], Sequence[str]]]
+                    ) -> np.ndarray:
+        """:meth:`encode` of each ``(job, hardware)``, one after another, in one pass."""
+        return self.artifact.encode_full(
+            Columns.concat([Columns.from_request(job, hw) for job, hw in requests]))
+
 
 class ModelWatcher:
     """The serving model of a :class:`Registry`, swapped when ``LATEST`` changes.
