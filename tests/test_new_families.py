@@ -91,7 +91,7 @@ def test_cli_writes_the_json(sim_workspace: Workspace, tmp_path: Any) -> None:
     _register()
     res = CliRunner().invoke(app, ["--home", str(sim_workspace.home), "experiment",
                                    "new-families", "--as-of", "2026-01-12", "--window-days",
-                                   "10", "--specialists", "3", "--type-share", "0.2",
+                                   "3", "--model", "global", "--type-share", "0.2",
                                    "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "new_families.json").read_text())
