@@ -313,7 +313,11 @@ def test_the_schedule_fits_the_usable_attempts_of_an_unfiltered_window(
         - pd.Timedelta(hours=1)
     failed = spread.iloc[::3].assign(status="failed", throughput=np.nan,
                                      attempt_id=lambda f: f["attempt_id"] + "-x")
-    raw = pd.concat([spread, failed]).sort_values("submitted_at", kind="stable")
+    # ... and rows on a type the catalog lacks, and columns a fit does not read, change nothing.
+    unknown = spread.iloc[1::5].assign(hardware="Mystery-X",
+                                       attempt_id=lambda f: f["attempt_id"] + "-u")
+    raw = pd.concat([spread, failed, unknown]).sort_values("submitted_at", kind="stable") \
+        .assign(note="not a feature")
     t = datetime(2026, 1, 15, 13, tzinfo=UTC)
     a, b = PairSchedule(spread, CAT, FAST)(t), PairSchedule(raw, CAT, FAST)(t)
     assert a is not None and b is not None and a.fingerprint() == b.fingerprint()

@@ -51,12 +51,13 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.data.schema import PRECISIONS
-from leap.data.usage import usable_attempts
+from leap.data.usage import usable_mask
 from leap.errors import ArtifactError
 from leap.features.columns import Columns
 from leap.features.pair_rows import (
     CATEGORICAL,
     FOLDS,
+    JOB_FEATURE_COLUMNS,
     PAIR_FEATURES,
     SHAPE_CATEGORICAL,
     SHAPE_FEATURES,
@@ -72,6 +73,8 @@ REFIT_DAYS = 7
 #: Days of history before its refit day that a pair model learns from.
 PAIR_DAYS = 14
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The attempt columns :meth:`PairModel.fit` reads (any others are ignored).
+FIT_COLUMNS = (*JOB_FEATURE_COLUMNS, "hardware", "throughput")
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,8 @@ class PairModel:
     @classmethod
     def fit(cls, attempts: pd.DataFrame, catalog: Catalog,
             params: PairParams | None = None) -> PairModel | None:
-        """Train on ``attempts`` (succeeded, positive throughput); ``None`` when a half of
+        """Train on ``attempts`` (succeeded, positive throughput; only :data:`FIT_COLUMNS`
+        are read); ``None`` when a half of
         the families has fewer than 50 pairs to learn from (the transfer tables alone serve).
         The shape boosters are left out where a half has fewer than 50 shape pairs.
         """
@@ -284,7 +288,18 @@ class PairSchedule:
         rows = np.flatnonzero((self._at >= day - timedelta(days=PAIR_DAYS)) & (self._at < day))
         key = (day.date().isoformat(), len(rows), repr(self.params))
         if key not in self.cache:
-            self.cache[key] = PairModel.fit(usable_attempts(self.attempts.iloc[rows],
-                                                            self.catalog),
-                                            self.catalog, self.params)
+            self.cache[key] = PairModel.fit(self._usable(rows), self.catalog, self.params)
         return self.cache[key]
+
+    def _usable(self, rows: np.ndarray) -> pd.DataFrame:
+        """:func:`~leap.data.usage.usable_attempts` of ``rows``, only the columns a fit reads
+        (:data:`FIT_COLUMNS`), in one copy: on a fleet four times the default, a copy of the
+        two weeks' whole rows first was 0.6 GiB more at the night's peak."""
+        a = self.attempts
+        judged = a.iloc[rows, [a.columns.get_loc(c) for c in ("status", "throughput",
+                                                                "hardware")]]
+        keep = rows[usable_mask(judged) & judged["hardware"].isin(list(self.catalog))
+                    .to_numpy(dtype=bool)]
+        out = a.iloc[keep, [a.columns.get_loc(c) for c in FIT_COLUMNS if c in a.columns]]
+        out.index = pd.RangeIndex(len(out))
+        return out
