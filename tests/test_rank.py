@@ -472,6 +472,7 @@ def test_ranking_many_jobs_at_once_gives_each_its_own_answer(
              {**many[1], "trainer_count": -3}]  # refused: fails open alone
     cands: list[list[str] | None] = [None] * len(many)
     cands[1], cands[2], cands[3] = ["H200", "B200"], ["T44", "L4"], ["L4", "L4", "T4"]
+    cands[5] = ["T44"]  # nothing to score for this one
     options = {"objective": objective, "risk": risk, "max_cost_per_hour": budget}
     before = dict(ranker.fail_open_counts)
     batch = ranker.rank_many(many, cands, **options)  # type: ignore[arg-type]
@@ -499,6 +500,8 @@ def test_a_failing_batch_ranks_its_jobs_one_by_one(ranker: Ranker, jobs: list[di
     assert ranker.fail_open_counts["prediction_failed"] == before, "no job failed alone"
     with pytest.raises(ConfigError, match="one list"):
         ranker.rank_many(jobs[:2], [None])
+    refused = ranker.rank_many([{"family_id": "f"}], [None])  # nothing left to batch
+    assert refused[0].reason is not None and refused[0].reason.startswith("invalid_request")
 
 
 def test_batch_predict(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:

@@ -193,12 +193,13 @@ def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
     columns: the group's first row); weights are the square root of the smaller group's
     attempt count.
     """
-    ok = _on_catalog(attempts, catalog)
+    ok = attempts[attempts["hardware"].isin(list(catalog))]
     cols = [c for c in JOB_FEATURE_COLUMNS if c in ok.columns and c not in SHAPE_COLUMNS]
-    frame = ok[[*cols, "hardware"]].assign(
-        **{c: pd.to_numeric(ok[c], errors="coerce").fillna(-1.0) if c in ok.columns else -1.0
-           for c in SHAPE_COLUMNS},
-        y=np.log(ok["throughput"].to_numpy(dtype=np.float64)))
+    frame = ok[[*cols, "hardware"]].copy()
+    for c in SHAPE_COLUMNS:
+        frame[c] = pd.to_numeric(ok[c], errors="coerce").fillna(-1.0) if c in ok.columns \
+            else -1.0
+    frame["y"] = np.log(ok["throughput"].to_numpy(dtype=np.float64))
     keys = ["family_id", "hardware", *SHAPE_COLUMNS]
     others = {c: (c, "first") for c in cols if c not in keys}
     groups = frame.groupby(keys, sort=True).agg(y=("y", "median"), n=("y", "size"),
@@ -220,13 +221,6 @@ def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
     return jobs, a_shape, np.column_stack([target, weight])
 
 
-def _on_catalog(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    """The rows on a ``catalog`` type; ``attempts`` itself when that is all of them (a
-    fleet's two weeks are a large copy)."""
-    known = attempts["hardware"].isin(list(catalog)).to_numpy(dtype=bool)
-    return attempts if known.all() else attempts[known]
-
-
 def _codes(values: object, vocab: list[str]) -> np.ndarray:
     pos = {v: float(i) for i, v in enumerate(vocab)}
     return np.array([pos.get(v, np.nan) if isinstance(v, str) else np.nan
@@ -242,9 +236,10 @@ def pair_training_rows(attempts: pd.DataFrame, catalog: Catalog, *, max_pairs: i
     group's attempt count. Returns the job columns of each pair (one row per ordered pair),
     the two type arrays, and a ``(n, 2)`` array of target and weight.
     """
-    ok = _on_catalog(attempts, catalog)
+    ok = attempts[attempts["hardware"].isin(list(catalog))]
     cols = [c for c in JOB_FEATURE_COLUMNS if c in ok.columns]
-    frame = ok[[*cols, "hardware"]].assign(y=np.log(ok["throughput"].to_numpy(dtype=np.float64)))
+    frame = ok[[*cols, "hardware"]].copy()
+    frame["y"] = np.log(ok["throughput"].to_numpy(dtype=np.float64))
     keys = [c for c in CONFIG_COLUMNS if c in frame.columns]
     others = {c: (c, "first") for c in cols if c not in keys}
     groups = frame.groupby([*keys, "hardware"], dropna=False, sort=True).agg(

@@ -434,6 +434,8 @@ class Ranker:
                 answers[i] = alone(i)
                 continue
             batch.append((i, values, names, unknown, ignored))
+        if not batch:
+            return [answers[i] for i in range(len(jobs))]
         costs = self._cost_catalog(serving)
         assert costs is not None
         try:
