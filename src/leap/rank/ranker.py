@@ -419,10 +419,9 @@ class Ranker:
         try:
             serving = self.watcher.current()
             _check_objective(objective, max_cost_per_hour)
-            usable = serving is not None and risk in RISKS
         except Exception:  # rank() answers each with its own fail-open reason
-            serving, usable = None, False
-        if serving is None or not usable:
+            serving = None
+        if serving is None or risk not in RISKS:
             return [alone(i) for i in range(len(jobs))]
         answers: dict[int, RankResult] = {}
         batch: list[tuple[int, dict[str, Any], list[str], list[Excluded], list[str]]] = []
@@ -446,7 +445,7 @@ class Ranker:
             log.warning("batch ranking failed; ranking its jobs one by one", exc_info=True)
             answers.update((b[0], alone(b[0])) for b in batch)
             return [answers[i] for i in range(len(jobs))]
-        share_ms = (time.perf_counter() - t0) * 1e3 / max(len(batch), 1)
+        share_ms = (time.perf_counter() - t0) * 1e3 / len(batch)
         for (i, _, _, unknown, ignored), (ranking, excluded) in zip(batch, parts, strict=True):
             answers[i] = _answer(ranking, unknown + excluded, serving.version, objective, risk,
                                  ignored, share_ms)
