@@ -3,12 +3,12 @@
 Target (issue 15): p99 <= 1 ms. Uses the published model of ``--home`` when given, else builds
 (once, cached under bench/results/ws-bench-*) a simulated fleet and a cascade model. Jobs are
 recent attempts of the store (real families, so history lookups hit). In one run it times
-three rankers on the same jobs: the ranker of the commit this branch started from (git
-merge-base with main: "before"), today's ranker scoring with LightGBM, and with compiled trees
-(:mod:`leap.model.compiled`; compiled once and cached beside the artifact, so ``--home`` must
-be writable: copy a store you must not change). Then the equality check: ``--equal`` jobs
-ranked by "before" and by the compiled ranker must give the same order, exclusions and
-predictions within 1e-9 relative. Also the median of each stage (encode, model).
+two rankers on the same jobs: scoring every booster with LightGBM, and with compiled trees
+(:mod:`leap.model.compiled`, the model's and the pair model's boosters; compiled once and
+cached beside the artifact, so ``--home`` must be writable: copy a store you must not
+change). Then the equality check: ``--equal`` jobs ranked by both must give the same order,
+exclusions and predictions within 1e-9 relative. Also the median of each stage (encode,
+model).
 Prints the figures and writes bench/results/bench_rank.json.
 
     python bench/bench_rank.py [--home DIR] [--calls 3000] [--equal 10000]
@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import shutil
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -158,35 +157,11 @@ def time_stages(serving: Any, jobs: list[dict[str, Any]], calls: int) -> dict[st
             "encode_dataframe_path_ms": float(np.median(frame_path) * 1e3)}
 
 
-def ranker_before(home: Path) -> Any:
-    """The Ranker of the commit this branch started from, loaded from git (today's path)."""
-    import importlib.util
-    import subprocess
-    import tempfile
-
-    repo = Path(__file__).resolve().parents[1]
-    base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout.strip()
-    text = subprocess.run(["git", "show", f"{base}:src/leap/rank/ranker.py"], cwd=repo,
-                          check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="leap-bench-")) / "ranker_before.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("ranker_before", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ranker_before"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    from leap.model.artifact import Registry
-
-    print(f"'before' is src/leap/rank/ranker.py of {base[:10]}")
-    return module.Ranker(Registry(home / "models"), background_reload=False), base
-
-
-def check_equal(before: Any, after: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+def check_equal(plain: Any, fast: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """Same order, exclusions and predictions (within EQUAL_RTOL) on every job."""
     worst, mismatches = 0.0, []
     for i, job in enumerate(jobs):
-        a, b = before.rank(job, CANDIDATES), after.rank(job, CANDIDATES)
+        a, b = plain.rank(job, CANDIDATES), fast.rank(job, CANDIDATES)
         same = ([r.hardware for r in a.ranking] == [r.hardware for r in b.ranking]
                 and [(e.hardware, e.reason) for e in a.excluded]
                 == [(e.hardware, e.reason) for e in b.excluded] and a.reason == b.reason)
@@ -231,13 +206,12 @@ def main() -> None:
     scoring = serving.artifact.extra.get("scoring")
     print(f"model {serving.version} scoring: {scoring} ({time.perf_counter() - t0:.0f} s)")
     plain = Ranker(Registry(home / "models"), background_reload=False, compiled=False)
-    before, base = ranker_before(home)
     jobs = recent_jobs(home, max(2000, args.equal))
     size = model_size(serving.artifact)
     print(f"model {serving.version}: {size}")
 
     rows: dict[str, Any] = {}
-    for name, ranker in (("before", before), ("lightgbm", plain), ("compiled", fast)):
+    for name, ranker in (("lightgbm", plain), ("compiled", fast)):
         cpu0 = time.process_time()
         f = percentiles(time_calls(ranker, jobs[:2000], args.calls))
         f["cpu_ms_per_call"] = (time.process_time() - cpu0) * 1e3 / (args.calls + 200)
@@ -251,18 +225,18 @@ def main() -> None:
         print(f"  median stages ({name}): encode {st['encode_ms']:.2f} ms, model "
               f"{st['model_ms']:.2f} ms")
     t1 = time.perf_counter()
-    equal = check_equal(before, fast, jobs[-args.equal:])
-    print(f"equality, {equal['jobs']:,} jobs, before vs compiled: identical order "
+    equal = check_equal(plain, fast, jobs[-args.equal:])
+    print(f"equality, {equal['jobs']:,} jobs, LightGBM vs compiled: identical order "
           f"{equal['identical_order']}, max relative difference {equal['max_rel_diff']:.2e} "
           f"({'EQUAL' if equal['equal'] else 'DIFFERENT'}; {time.perf_counter() - t1:.0f} s)")
     f = rows["compiled"]
     ok = f["p99_ms"] <= TARGET_P99_MS
-    print(f"target p99 <= {TARGET_P99_MS} ms: {'met' if ok else 'MISSED'} (before: p99 "
-          f"{rows['before']['p99_ms']:.2f} ms, {rows['before']['p99_ms'] / f['p99_ms']:.1f}x); "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"target p99 <= {TARGET_P99_MS} ms: {'met' if ok else 'MISSED'} (LightGBM: p99 "
+          f"{rows['lightgbm']['p99_ms']:.2f} ms, {rows['lightgbm']['p99_ms'] / f['p99_ms']:.1f}x);"
+          f" load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     out = {"bench": "rank", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
-           "model": size, "scoring": scoring, "before_commit": base,
+           "model": size, "scoring": scoring,
            "model_version": serving.version, "candidates": len(CANDIDATES),
            "calls": args.calls, "latency": rows, "stages": stages, "equality": equal,
            "target_p99_ms": TARGET_P99_MS, "target_met": ok}

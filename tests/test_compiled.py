@@ -12,6 +12,7 @@ import pytest
 
 from leap.config import Workspace
 from leap.features.encode import jobs_frame
+from leap.features.pair_rows import PAIR_FEATURES
 from leap.model import compiled
 from leap.model.artifact import Registry, load_artifact
 from leap.rank.ranker import Ranker
@@ -53,6 +54,11 @@ def test_compiled_predictions_and_rankings_equal_lightgbm(
     rows = jobs_frame([{**j, "hardware": hw} for j in some_jobs for hw in list(fast.catalog)])
     got, want = fast.predict_log(rows), plain.predict_log(rows)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    # The pair model's boosters are compiled too, and encode the same rows.
+    pairs = fast.snapshot.pairs
+    assert pairs is not None and set(pairs.scorers_) == set(pairs.named_boosters())
+    assert plain.snapshot.pairs is not None and plain.snapshot.pairs.scorers_ == {}
+    np.testing.assert_allclose(fast.encode(rows), plain.encode(rows), rtol=1e-9, atol=1e-12)
     a, b = Ranker(fast), Ranker(plain, compiled=False)
     assert a.model_info()["scoring"] == "compiled"
     assert b.model_info()["scoring"] == "lightgbm"
@@ -85,6 +91,7 @@ def test_no_cache_without_build_stays_on_lightgbm(trained_workspace: Workspace,
     status = compiled.compile_artifact(art, build=False)
     assert status.startswith("lightgbm: no compiled model cached")
     assert art.model.seen.scorers_ == {} if art.model.kind == "split" else True
+    assert art.snapshot.pairs is None or art.snapshot.pairs.scorers_ == {}
     assert Ranker(load_artifact(dest)).model_info()["scoring"] == "lightgbm"  # nothing cached
 
 
@@ -112,6 +119,24 @@ def test_a_compiled_booster_that_differs_is_refused(
     np.testing.assert_array_equal(art.predict_log(rows), plain.predict_log(rows))
 
 
+def test_a_compiled_pair_booster_that_differs_is_refused(
+        compiled_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        some_jobs: list[dict[str, Any]]) -> None:
+    """Only the pair model's code is off: the check catches it on the rows the probe's
+    encoding scored, and nothing is left compiled."""
+    call = compiled.CompiledBooster.__call__
+    monkeypatch.setattr(compiled.CompiledBooster, "__call__",
+                        lambda self, X: call(self, X) + (1e-7 if self.n_features
+                                                         == len(PAIR_FEATURES) else 0.0))
+    art, plain = load_artifact(compiled_dir), load_artifact(compiled_dir)
+    status = compiled.compile_artifact(art, build=False)
+    assert status.startswith("lightgbm: compiled booster pairs.pairs_"), status
+    assert art.snapshot.pairs is not None and art.snapshot.pairs.scorers_ == {}
+    rows = jobs_frame([{**j, "hardware": "H100-SXM"} for j in some_jobs])
+    np.testing.assert_array_equal(art.encode(rows), plain.encode(rows))
+    np.testing.assert_array_equal(art.predict_log(rows), plain.predict_log(rows))
+
+
 def test_compiler_missing_or_failing_falls_back(compiled_dir: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     art = load_artifact(compiled_dir)
@@ -134,7 +159,9 @@ def test_use_lightgbm_drops_the_compiled_scorers(compiled_dir: Path,
                                                  some_jobs: list[dict[str, Any]]) -> None:
     art, plain = load_artifact(compiled_dir), load_artifact(compiled_dir)
     compiled.compile_artifact(art, build=False)
+    assert art.snapshot.pairs is not None and art.snapshot.pairs.scorers_
     compiled.use_lightgbm(art)
     assert art.extra["scoring"] == "lightgbm"
+    assert art.snapshot.pairs.scorers_ == {}
     rows = jobs_frame([{**j, "hardware": "L4"} for j in some_jobs])
     np.testing.assert_array_equal(art.predict_log(rows), plain.predict_log(rows))

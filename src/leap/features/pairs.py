@@ -40,9 +40,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import lightgbm as lgb
@@ -123,6 +124,14 @@ class PairModel:
         self.shape_boosters = shape_boosters
         self.vocab = vocab
         self._texts: list[str] | None = None
+        #: Compiled scorers by booster name (:meth:`named_boosters`), set and checked by
+        #: :mod:`leap.model.compiled`; empty: LightGBM scores. Replaced whole, never mutated.
+        self.scorers_: dict[str, Callable[[np.ndarray], np.ndarray]] = {}
+
+    def named_boosters(self) -> dict[str, lgb.Booster]:
+        """Every booster by name (its file name in the snapshot, without ``.txt``)."""
+        return {**{f"pairs_{k}": b for k, b in enumerate(self.boosters)},
+                **{f"shapes_{k}": b for k, b in enumerate(self.shape_boosters)}}
 
     @classmethod
     def fit(cls, attempts: pd.DataFrame, catalog: Catalog,
@@ -159,7 +168,8 @@ class PairModel:
         if len(hw_a) == 0:
             return np.zeros(0)
         job = np.arange(len(hw_a)) if job is None else np.asarray(job, dtype=np.int64)
-        return _by_halves(self.boosters, pair_matrix(jobs, hw_a, hw_b, catalog, self.vocab, job),
+        return _by_halves(self._scorers("pairs", self.boosters),
+                          pair_matrix(jobs, hw_a, hw_b, catalog, self.vocab, job),
                           family_fold(jobs.obj("family_id"))[job])
 
     def predict_shapes(self, jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
@@ -170,9 +180,16 @@ class PairModel:
         if not self.shape_boosters or len(a_shape) == 0:
             return np.full(len(a_shape), np.nan)
         job = np.arange(len(a_shape)) if job is None else np.asarray(job, dtype=np.int64)
-        return _by_halves(self.shape_boosters,
+        return _by_halves(self._scorers("shapes", self.shape_boosters),
                           shape_matrix(jobs, a_shape, catalog, self.vocab, job),
                           family_fold(jobs.obj("family_id"))[job])
+
+    def _scorers(self, kind: str, boosters: list[lgb.Booster]
+                 ) -> list[Callable[[np.ndarray], np.ndarray]]:
+        """How each of ``boosters`` (named ``<kind>_<k>``) scores: compiled, else LightGBM."""
+        scorers = self.scorers_
+        return [scorers.get(f"{kind}_{k}") or partial(_lgb_predict, b)
+                for k, b in enumerate(boosters)]
 
     # Persistence (inside the snapshot of a model artifact) ----------------------------
     def texts(self) -> list[str]:
@@ -189,10 +206,8 @@ class PairModel:
     def save(self, directory: Path) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         paths = []
-        names = [*(f"pairs_{k}.txt" for k in range(FOLDS)),
-                 *(f"shapes_{k}.txt" for k in range(len(self.shape_boosters)))]
-        for name, text in zip(names, self.texts(), strict=True):
-            path = directory / name
+        for name, text in zip(self.named_boosters(), self.texts(), strict=True):
+            path = directory / f"{name}.txt"
             path.write_text(text)
             paths.append(path)
         meta = directory / "pairs.json"
@@ -242,14 +257,20 @@ def _fit_halves(X: np.ndarray, tw: np.ndarray, family_id: np.ndarray, names: tup
     return boosters
 
 
-def _by_halves(boosters: list[lgb.Booster], X: np.ndarray, fold: np.ndarray) -> np.ndarray:
-    """Each row predicted by the booster of its family's half (trained on the others)."""
+def _lgb_predict(booster: lgb.Booster, X: np.ndarray) -> np.ndarray:
+    # Waking OpenMP threads costs more than a launch-time request's rows.
+    return np.asarray(booster.predict(X, num_threads=1 if len(X) < 2000 else 0),
+                      dtype=np.float64)
+
+
+def _by_halves(scorers: list[Callable[[np.ndarray], np.ndarray]], X: np.ndarray,
+               fold: np.ndarray) -> np.ndarray:
+    """Each row predicted by the scorer of its family's half (trained on the others)."""
     out = np.zeros(len(X))
     for k in range(FOLDS):
         rows = np.flatnonzero(fold == k)
         if len(rows):
-            # Waking OpenMP threads costs more than a launch-time request's rows.
-            out[rows] = boosters[k].predict(X[rows], num_threads=1 if len(rows) < 2000 else 0)
+            out[rows] = scorers[k](X[rows])
     return out
 
 

@@ -2,11 +2,13 @@
 the artifact and checked against LightGBM before use.
 
 Scoring one job over 20 types with LightGBM costs about a millisecond of call overhead (the
-router and ~5 specialist calls); the trees themselves are microseconds. lleaves compiles each
-booster with LLVM into a function that scores a block of rows without that overhead. It was
-chosen over treelite/tl2cgen on the reference model (bench/bench_compile.py): per-call time
-of a 20-row block about 3-5x lower, predictions within 1e-14 of LightGBM (tl2cgen: equal),
-at the price of a slower compile (minutes for ~1,300 trees on 2 cores, once per version).
+router and ~5 specialist calls), and as much again for the pair model's boosters while its
+rows are encoded (:mod:`leap.features.pairs`); the trees themselves are microseconds.
+lleaves compiles each booster with LLVM into a function that scores a block of rows without
+that overhead. It was chosen over treelite/tl2cgen on the reference model
+(bench/bench_compile.py): per-call time of a 20-row block about 3-5x lower, predictions
+within 1e-14 of LightGBM (tl2cgen: equal), at the price of a slower compile (minutes for
+~1,300 trees on 2 cores, once per version).
 
 Compilation is optional (``pip install 'leap[fast]'``); without lleaves, or when the compiled
 code does not reproduce LightGBM on the fixed probe rows (:func:`leap.model.verify.probe_jobs`)
@@ -46,6 +48,8 @@ COMPILED_DIR = "compiled"
 #: Largest difference allowed between compiled and LightGBM predictions on the probe rows.
 TOLERANCE = 1e-9
 _INDEX = "index.json"
+#: Name prefix of the snapshot's pair-model boosters (:meth:`PairModel.named_boosters`).
+PAIRS = "pairs"
 #: LLVM inlining: ~3x faster scoring for ~8x longer compiles (tests turn it off).
 INLINE = True
 _LOCK = threading.Lock()
@@ -191,8 +195,11 @@ def _attach(artifact: Artifact, build: bool) -> str | None:
             except (OSError, ValueError):
                 index = {}
         named = boosters(artifact.model)
+        pairs = artifact.snapshot.pairs
+        pair_named = pairs.named_boosters() if pairs is not None else {}
         scorers: dict[str, Scorer] = {}
-        for name, booster in named.items():
+        for name, booster in [*named.items(),
+                              *((f"{PAIRS}.{k}", b) for k, b in pair_named.items())]:
             text = booster.model_to_string(num_iteration=best_iteration(booster))
             compiled = _compile_one(name, text, booster.num_model_per_iteration(), folder,
                                     index, build)
@@ -206,23 +213,31 @@ def _attach(artifact: Artifact, build: bool) -> str | None:
                 os.replace(part, folder / _INDEX)
             except OSError:
                 pass  # read-only: nothing was cached either
-    X = artifact.encode(jobs_frame(probe_jobs(artifact.snapshot, artifact.spec,
-                                              artifact.catalog)))
-    for name, booster in named.items():
-        want = np.asarray(booster.predict(X, num_iteration=best_iteration(booster),
+    probe = jobs_frame(probe_jobs(artifact.snapshot, artifact.spec, artifact.catalog))
+    X = artifact.encode(probe)  # with LightGBM: the scorers are not attached yet
+    want_all = {**named, **{f"{PAIRS}.{k}": b for k, b in pair_named.items()}}
+    # Each booster on rows of its own features: the model's on the probe's encoding, the
+    # pair model's on the pair rows that encoding scored.
+    rows = {name: X for name in named} | _pair_probe_rows(artifact, probe)
+    for name, booster in want_all.items():
+        want = np.asarray(booster.predict(rows[name], num_iteration=best_iteration(booster),
                                           num_threads=1), dtype=np.float64).ravel()
-        got = scorers[name](X)
+        got = scorers[name](rows[name])
         diff = float(np.max(np.abs(got - want))) if len(want) else 0.0
         if not diff <= TOLERANCE:
             return (f"compiled booster {name} differs from LightGBM by {diff:.3g} on the "
                     f"probe rows (allowed {TOLERANCE:g})")
     base = base_margin(X, artifact.spec, artifact.fallback_log_tp)
     before = artifact.model.predict(X, base=base)
-    set_scorers(artifact.model, scorers)
-    after = artifact.model.predict(X, base=base)
+    if pairs is not None:
+        pairs.scorers_ = {k: scorers[f"{PAIRS}.{k}"] for k in pair_named}
+    set_scorers(artifact.model, {k: scorers[k] for k in named})
+    X_after = artifact.encode(probe)
+    after = artifact.model.predict(X_after, base=base_margin(X_after, artifact.spec,
+                                                             artifact.fallback_log_tp))
     diff = float(np.max(np.abs(after - before))) if len(before) else 0.0
     if not diff <= TOLERANCE:
-        set_scorers(artifact.model, {})
+        use_lightgbm(artifact)
         return f"compiled model differs from LightGBM by {diff:.3g} on the probe rows"
     return None
 
@@ -245,7 +260,34 @@ def _folder_lock(folder: Path | None) -> Iterator[None]:
             handle.close()  # releases the lock
 
 
+def _pair_probe_rows(artifact: Artifact, probe: Any) -> dict[str, np.ndarray]:
+    """Rows to check each pair-model booster on (by name, ``pairs.<booster>``): every row
+    either half of its kind (pair or shape) scores while the probe jobs are encoded."""
+    pairs = artifact.snapshot.pairs
+    if pairs is None:
+        return {}
+    named = pairs.named_boosters()
+    seen: dict[str, list[np.ndarray]] = {}
+
+    def catch(name: str, booster: Any) -> Scorer:
+        def score(X: np.ndarray) -> np.ndarray:
+            seen.setdefault(name.split("_")[0], []).append(X)
+            return np.asarray(booster.predict(X, num_threads=1), dtype=np.float64)
+        return score
+
+    old = pairs.scorers_
+    pairs.scorers_ = {k: catch(k, b) for k, b in named.items()}
+    try:
+        artifact.encode(probe)
+    finally:
+        pairs.scorers_ = old
+    return {f"{PAIRS}.{k}": np.vstack(seen.get(k.split("_")[0], [np.empty((0, b.num_feature()))]))
+            for k, b in named.items()}
+
+
 def use_lightgbm(artifact: Artifact) -> None:
     """Score ``artifact`` with LightGBM again (drop compiled scorers)."""
     set_scorers(artifact.model, {})
+    if artifact.snapshot.pairs is not None:
+        artifact.snapshot.pairs.scorers_ = {}
     artifact.extra["scoring"] = "lightgbm"
