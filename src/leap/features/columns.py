@@ -33,6 +33,11 @@ class Columns:
     def __init__(self, arrays: Mapping[str, np.ndarray], n: int) -> None:
         self._arrays = dict(arrays)
         self.n = n
+        # What num() and obj() returned for a few rows, read-only: one request's encode
+        # asks for about 100 columns, 40 of them again. (A block of training rows is not
+        # cached: its copies would add to a night's peak.)
+        self._num: dict[str, np.ndarray] | None = {} if n <= SMALL else None
+        self._obj: dict[str, np.ndarray] | None = {} if n <= SMALL else None
 
     def __len__(self) -> int:
         return self.n
@@ -128,23 +133,37 @@ class Columns:
         return code, first
 
     def num(self, name: str) -> np.ndarray:
-        """float64 values; missing or non-numeric entries are NaN."""
+        """float64 values; missing or non-numeric entries are NaN (read-only for a few rows)."""
+        if self._num is not None and name in self._num:
+            return self._num[name]
         arr = self._arrays.get(name)
         if arr is None:
-            return np.full(self.n, np.nan)
-        if arr.dtype.kind in "fiub":
-            return arr.astype(np.float64)
-        return pd.to_numeric(pd.Series(arr, dtype=object), errors="coerce").to_numpy(
-            dtype=np.float64, na_value=np.nan)
+            out = np.full(self.n, np.nan)
+        elif arr.dtype.kind in "fiub":
+            out = arr.astype(np.float64)
+        else:
+            out = pd.to_numeric(pd.Series(arr, dtype=object), errors="coerce").to_numpy(
+                dtype=np.float64, na_value=np.nan)
+        if self._num is not None:
+            out.flags.writeable = False
+            self._num[name] = out
+        return out
 
     def obj(self, name: str) -> np.ndarray:
-        """Values as an object array (None where missing or absent)."""
+        """Values as an object array, None where missing or absent (read-only for a few
+        rows)."""
+        if self._obj is not None and name in self._obj:
+            return self._obj[name]
         arr = self._arrays.get(name)
         if arr is None:
-            return np.full(self.n, None, dtype=object)
-        out = np.array(arr, dtype=object)
-        if arr.dtype.kind == "O":
-            out[pd.isna(out)] = None
+            out = np.full(self.n, None, dtype=object)
+        else:
+            out = np.array(arr, dtype=object)
+            if arr.dtype.kind == "O":
+                out[pd.isna(out)] = None
+        if self._obj is not None:
+            out.flags.writeable = False
+            self._obj[name] = out
         return out
 
     def text(self, name: str) -> np.ndarray:
