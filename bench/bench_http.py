@@ -48,6 +48,8 @@ TARGET_CLOSED_P99_MS = 25.0
 JSON = {"content-type": "application/json"}
 # A ranked answer has "reason":null; checking the bytes spares the client a JSON parse.
 OK_MARK = b'"reason":null'
+#: A job that fits none of its candidates gets an empty list with this reason: an answer.
+NO_FIT_MARK = b'"reason":"no_eligible_type'
 
 
 def run(coro: Any) -> Any:
@@ -170,6 +172,11 @@ class Connections:
         return int(head[9:12]), data
 
 
+def answered(status: int, content: bytes) -> bool:
+    """A ranking (fail-open answers other than "fits no candidate" are errors)."""
+    return status == 200 and (OK_MARK in content or NO_FIT_MARK in content)
+
+
 async def open_loop(host: str, port: int, bodies: list[bytes], rate: float,
                     duration_s: float, max_in_flight: int) -> dict[str, Any]:
     total = int(rate * duration_s)
@@ -188,7 +195,7 @@ async def open_loop(host: str, port: int, bodies: list[bytes], rate: float,
             errors += 1
             return
         done = time.perf_counter()
-        if status != 200 or OK_MARK not in content:
+        if not answered(status, content):
             errors += 1
             return
         lat.append((done - scheduled) * 1e3)
@@ -232,7 +239,7 @@ async def closed_loop(host: str, port: int, bodies: list[bytes], workers: int,
             t = time.perf_counter()
             try:
                 status, content = await conns.post("/v1/rank", bodies[i % len(bodies)])
-                if status != 200 or OK_MARK not in content:
+                if not answered(status, content):
                     errors += 1
                 else:
                     lat.append((time.perf_counter() - t) * 1e3)
