@@ -197,9 +197,9 @@ def _attach(artifact: Artifact, build: bool) -> str | None:
         named = boosters(artifact.model)
         pairs = artifact.snapshot.pairs
         pair_named = pairs.named_boosters() if pairs is not None else {}
+        every = {**named, **{f"{PAIRS}.{k}": b for k, b in pair_named.items()}}
         scorers: dict[str, Scorer] = {}
-        for name, booster in [*named.items(),
-                              *((f"{PAIRS}.{k}", b) for k, b in pair_named.items())]:
+        for name, booster in every.items():
             text = booster.model_to_string(num_iteration=best_iteration(booster))
             compiled = _compile_one(name, text, booster.num_model_per_iteration(), folder,
                                     index, build)
@@ -215,11 +215,10 @@ def _attach(artifact: Artifact, build: bool) -> str | None:
                 pass  # read-only: nothing was cached either
     probe = jobs_frame(probe_jobs(artifact.snapshot, artifact.spec, artifact.catalog))
     X = artifact.encode(probe)  # with LightGBM: the scorers are not attached yet
-    want_all = {**named, **{f"{PAIRS}.{k}": b for k, b in pair_named.items()}}
     # Each booster on rows of its own features: the model's on the probe's encoding, the
     # pair model's on the pair rows that encoding scored.
     rows = {name: X for name in named} | _pair_probe_rows(artifact, probe)
-    for name, booster in want_all.items():
+    for name, booster in every.items():
         want = np.asarray(booster.predict(rows[name], num_iteration=best_iteration(booster),
                                           num_threads=1), dtype=np.float64).ravel()
         got = scorers[name](rows[name])
