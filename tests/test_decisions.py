@@ -52,6 +52,31 @@ def test_python_api_rankings_are_recorded_with_ids_and_entries(
     assert bad["n_ranked"] == 0 and pd.isna(bad["first_choice"])
 
 
+def test_steady_traffic_is_flushed_at_most_once_per_interval(
+        ranker: Ranker, jobs: list[dict[str, Any]], tmp_path: Path,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush costs tens of milliseconds whatever its size: records arriving every few
+    milliseconds are gathered into one batch per interval, not written one flush each."""
+    flushes: list[int] = []
+    write = DecisionLog._write
+    monkeypatch.setattr(DecisionLog, "_write",
+                        lambda self, batch: (flushes.append(len(batch)), write(self, batch))[1])
+    log = DecisionLog(tmp_path / "d.duckdb", flush_interval_s=0.25)
+    answer = ranker.rank(jobs[0], ["H100-SXM", "L4"])
+    t0 = time.monotonic()
+    sent = 0
+    while time.monotonic() - t0 < 1.0:
+        log.record(jobs[0], ["H100-SXM", "L4"], answer)
+        sent += 1
+        time.sleep(0.005)
+    assert log.flush(10)
+    log.close()
+    assert log.written == sent and sum(flushes) == sent
+    # 1 s of traffic at one flush per 0.25 s: about 5 flushes (one record each: over 100).
+    assert len(flushes) <= 7, flushes
+    assert len(read_decisions(tmp_path / "d.duckdb")[0]) == sent
+
+
 def test_full_queue_drops_and_counts_without_blocking(ranker: Ranker,  # noqa: F811
                                                       jobs: list[dict[str, Any]],  # noqa: F811
                                                       tmp_path: Path) -> None:
