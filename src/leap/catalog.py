@@ -232,12 +232,15 @@ class Catalog(Mapping[str, Hardware]):
         """Float matrix of :data:`SPEC_COLUMNS` for ``names`` (rows follow ``names``)."""
         # Entries never change after construction: build the per-name rows once (this runs
         # on every launch-time ranking).
-        table = self.__dict__.get("_spec_rows")
-        if table is None:
-            table = {n: [float(getattr(h, c)) for c in SPEC_COLUMNS] for n, h in self.items()}
-            self._spec_rows = table
-        return np.array([table[n] for n in names], dtype=np.float64).reshape(-1,
-                                                                          len(SPEC_COLUMNS))
+        rows = self.__dict__.get("_spec_rows")
+        if rows is None:
+            rows = ({n: i for i, n in enumerate(self._by_name)},
+                    np.array([[float(getattr(h, c)) for c in SPEC_COLUMNS]
+                              for h in self.values()], dtype=np.float64).reshape(
+                                  -1, len(SPEC_COLUMNS)))
+            self._spec_rows = rows
+        pos, matrix = rows
+        return matrix[[pos[n] for n in names]]
 
     def to_records(self) -> list[dict[str, Any]]:
         return [asdict(h) for h in self.values()]

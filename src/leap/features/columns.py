@@ -174,6 +174,31 @@ class Columns:
         return key_texts(pd.Series(self.obj(name), dtype=object))
 
 
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's index among the distinct values in order of first appearance, and those
+    values (as :func:`pandas.factorize`, which costs tens of microseconds on a few rows).
+
+    >>> codes, uniques = factorize(np.array(["b", "a", "b"], dtype=object))
+    >>> codes.tolist(), uniques.tolist()
+    ([0, 1, 0], ['b', 'a'])
+    """
+    if len(values) > SMALL:
+        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
+        return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+    seen: dict[Any, int] = {}
+    codes = np.array([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
+    return codes, np.array(list(seen), dtype=object)
+
+
+def stack(columns: Mapping[str, np.ndarray], names: Sequence[str], n: int) -> np.ndarray:
+    """The float64 matrix of ``columns[name]`` for each of ``names``, one column each (what
+    ``np.column_stack`` gives, without its per-column copies into 2-D views)."""
+    out = np.empty((n, len(names)))
+    for j, name in enumerate(names):
+        out[:, j] = columns[name]
+    return out
+
+
 def _values(col: pd.Series) -> np.ndarray:
     if isinstance(col.dtype, pd.DatetimeTZDtype):
         return col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()

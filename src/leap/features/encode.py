@@ -8,6 +8,7 @@ architecture column may be absent and becomes a missing value.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,7 +21,7 @@ import pyarrow as pa
 from leap.catalog import Catalog
 from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS, PRECISIONS
 from leap.errors import ArtifactError, DataError
-from leap.features.columns import SMALL, Columns
+from leap.features.columns import SMALL, Columns, stack
 from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
@@ -251,9 +252,7 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
     cols["has_family_history"] = np.isfinite(cols["fam_n"]).astype(np.float64)
     cols["hist_level"] = level_used
     cols["hist_est"] = phys0 + best
-    if n == 0:
-        return np.empty((0, len(spec.names)))
-    return np.column_stack([cols[name] for name in spec.names])
+    return stack(cols, spec.names, n)
 
 
 def base_margin(X: np.ndarray, spec: FeatureSpec, fallback: float) -> np.ndarray:
@@ -284,7 +283,7 @@ def new_vendor(X: np.ndarray, names: Sequence[str]) -> np.ndarray | None:
     >>> new_vendor(X, ["fam_n", "fam_vendor_n"]).tolist()
     [False, True, False]
     """
-    pos = {n: i for i, n in enumerate(names)}
+    pos = _positions(tuple(names))
     if "fam_n" not in pos or "fam_vendor_n" not in pos:
         return None
     return np.isfinite(X[:, pos["fam_n"]]) & np.isnan(X[:, pos["fam_vendor_n"]])
@@ -301,8 +300,14 @@ def novelty(X: np.ndarray, names: Sequence[str]) -> np.ndarray:
     >>> [NOVELTY_GROUPS[g] for g in novelty(X, names)]
     ['seen_config', 'seen_pair_new_shape', 'unobserved_pair_2', 'new_family']
     """
-    pos = {n: i for i, n in enumerate(names)}
+    pos = _positions(tuple(names))
     config, pair, fam = (np.isfinite(X[:, pos[c]]) for c in ("fam_hw_shape_n", "fam_hw_n",
                                                              "fam_n"))
     types = np.clip(np.nan_to_num(X[:, pos["xfer_n_types"]]), 1, 3).astype(np.int64)
-    return np.select([config, pair, fam], [0, 1, 1 + types], default=5).astype(np.int64)
+    return np.where(config, 0, np.where(pair, 1, np.where(fam, 1 + types, 5)))
+
+
+@functools.lru_cache(maxsize=16)
+def _positions(names: tuple[str, ...]) -> dict[str, int]:
+    """Column index of each feature name (read-only use: the dict is shared)."""
+    return {n: i for i, n in enumerate(names)}

@@ -92,9 +92,12 @@ def shape_keys(jobs: Columns) -> np.ndarray:
 
     The shape is one part of a level's key, so it must not contain :data:`KEY_SEP`.
     """
-    parts = [np.nan_to_num(jobs.num(c), nan=-1.0).astype(np.int64).astype(str)
+    whole = [np.nan_to_num(jobs.num(c), nan=-1.0).astype(np.int64)
              for c in ("trainer_count", "devices_per_trainer", "batch_size")]
-    return key_strings(parts, sep="/")
+    if len(jobs) <= SMALL:  # a request's rows: no arrays of texts to join
+        return np.array(["/".join(map(str, row)) for row in zip(*(a.tolist() for a in whole),
+                                                                 strict=True)], dtype=object)
+    return key_strings([a.astype(str) for a in whole], sep="/")
 
 
 def _table_keys(table: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
@@ -168,7 +171,10 @@ class Snapshot:
             t = tables[level.name]
             idx = pd.Index(key_texts[level.name] if key_texts is not None
                            else _table_keys(t, level.keys), dtype=object)
-            self._index[level.name] = (idx, t[list(level.stats)].to_numpy(dtype=np.float64))
+            # One more row, all NaN, last: the row a key without history (position -1) reads.
+            values = np.full((len(t) + 1, len(level.stats)), np.nan)
+            values[:-1] = t[list(level.stats)].to_numpy(dtype=np.float64)
+            self._index[level.name] = (idx, values)
 
     def lookup(self, keys: Mapping[str, np.ndarray], level: Level) -> np.ndarray:
         """Stats of ``level`` for each row of ``keys`` (key column -> text array).
@@ -186,10 +192,7 @@ class Snapshot:
                            dtype=np.int64)
         else:
             pos = idx.get_indexer(key_strings(parts))
-        out = np.full((len(pos), values.shape[1]), np.nan)
-        hit = pos >= 0
-        out[hit] = values[pos[hit]]
-        return out
+        return values[pos]  # -1, no history: the last row, NaN
 
     def _small_table(self, name: str) -> dict[tuple[str, ...], int]:
         table = {tuple(k.split(KEY_SEP)): i for i, k in enumerate(self._index[name][0])}

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import Columns
+from leap.features.columns import Columns, factorize, stack
 from leap.features.physics import activation_bytes, estimates, hardware_specs, peak_flops
 
 #: Family halves for cross-fitting.
@@ -87,8 +87,8 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
     """
     n = len(hw_a)
     job = np.arange(n) if job is None else np.asarray(job, dtype=np.int64)
-    hcode, names = pd.factorize(np.concatenate([np.asarray(hw_a, dtype=object),
-                                                np.asarray(hw_b, dtype=object)]))
+    hcode, names = factorize(np.concatenate([np.asarray(hw_a, dtype=object),
+                                             np.asarray(hw_b, dtype=object)]))
     combo, inv = np.unique(np.concatenate([job, job]) * len(names) + hcode, return_inverse=True)
     on = jobs.take(combo // len(names)).with_hardware(np.asarray(names, dtype=object)[
         combo % len(names)])
@@ -127,7 +127,7 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
     f["vendor_a"], f["vendor_b"] = vendor[hcode[:n]], vendor[hcode[n:]]
     f["precision"] = _codes(jobs.obj("precision"), vocab["precision"])[job]
     f["model_category"] = _codes(jobs.obj("model_category"), vocab["model_category"])[job]
-    X = np.column_stack([f[name] for name in PAIR_FEATURES])
+    X = stack(f, PAIR_FEATURES, n)
     return np.where(np.isfinite(X), X, np.nan)
 
 
@@ -178,7 +178,7 @@ def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
                          vocab["vendor"])
     f["precision"] = _codes(on_b.obj("precision"), vocab["precision"])
     f["model_category"] = _codes(on_b.obj("model_category"), vocab["model_category"])
-    X = np.column_stack([f[name] for name in SHAPE_FEATURES])
+    X = stack(f, SHAPE_FEATURES, n)
     return np.where(np.isfinite(X), X, np.nan)
 
 

@@ -24,7 +24,9 @@ ALLREDUCE_BYTES_PER_PARAM = 4.0
 #: without the attention-score term.
 ACTIVATION_BYTES = 34.0
 
-_PRECISION_PEAK = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "bf16"}
+#: Which peak each precision runs at: 0 fp32, 1 tf32, 2 bf16, 3 another 16-bit or 8-bit
+#: format (and an unknown precision), at the 16-bit rate.
+_PEAK_KIND = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3, "fp8": 3}
 
 
 def hardware_specs(catalog: Catalog, hardware: np.ndarray) -> dict[str, np.ndarray]:
@@ -41,19 +43,15 @@ def peak_flops(precision: np.ndarray, specs: dict[str, np.ndarray]) -> np.ndarra
     """Peak dense FLOP/s per device for each row's precision on each row's hardware."""
     bf16 = specs["peak_bf16_tflops"] * 1e12
     fp32 = specs["peak_fp32_tflops"] * 1e12
-    kind = np.array([_PRECISION_PEAK.get(p, "bf16") for p in precision], dtype=object) \
-        if len(precision) <= SMALL else (pd.Series(precision, dtype=object)
-                                         .map(_PRECISION_PEAK).fillna("bf16")
-                                         .to_numpy(dtype=object))
+    kind = np.array([_PEAK_KIND.get(p, 3) for p in precision], dtype=np.int64) \
+        if len(precision) <= SMALL else (pd.Series(precision, dtype=object).map(_PEAK_KIND)
+                                         .fillna(3).to_numpy(dtype=np.int64))
     # TF32 tensor cores run at about half the 16-bit rate where they exist (NVIDIA Ampere on,
     # the same generations that brought bf16); never below fp32. bf16 on a type without bf16
     # tensor cores (V100, T4) runs at the fp32 rate.
     old = specs["bf16_native"] == 0.0
     tf32 = np.where(old, fp32, np.maximum(bf16 / 2.0, fp32))
-    is_bf16 = np.array([p == "bf16" for p in precision], dtype=bool) \
-        if len(precision) <= SMALL else (pd.Series(precision, dtype=object) == "bf16").to_numpy()
-    half = np.where(is_bf16 & old, fp32, bf16)
-    return np.where(kind == "fp32", fp32, np.where(kind == "tf32", tf32, half))
+    return np.choose(kind, [fp32, tf32, np.where(old, fp32, bf16), bf16])
 
 
 def activation_bytes(jobs: Columns) -> np.ndarray:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import SMALL, Columns, key_column
+from leap.features.columns import SMALL, Columns, factorize, key_column
 from leap.features.pair_rows import JOB_FEATURE_COLUMNS, log_shape, shape_of
 from leap.features.pairs import PairModel
 
@@ -44,6 +44,7 @@ SHRINK_GAIN = 2.0
 #: each is looked up by (joined with "/").
 TRANSFER_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("all", ("precision",)), ("cat", ("model_category", "precision")), ("mt", ("model_type",)))
+_NO_SPECS = (np.nan, np.nan)
 #: Names of the arrays :meth:`TransferIndex.features` returns, in feature order.
 TRANSFER_FEATURES = ("xfer_r", "xfer_n_types", "xfer_pair_n", "xfer_sd", "xfer_dist",
                      "xfer_gamma", "xfer_d_r", "xfer_g_r", "xfer_p_r", "xfer_p_sd", "xfer_s_r")
@@ -120,6 +121,8 @@ class TransferIndex:
             self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
         self._specs: tuple[int, np.ndarray] | None = None
         self._vendor: tuple[int, np.ndarray] | None = None
+        self._target_info: tuple[int, dict[str, tuple[float, float]], dict[str, str]] | None \
+            = None
         self._shapes = self._shape_table(fam_hw_shape, fams, hw_index, n_hw)
 
     @staticmethod
@@ -172,6 +175,16 @@ class TransferIndex:
             self._vendor = (id(catalog), np.array([*names, ""], dtype=object))
         return self._vendor[1]
 
+    def _targets(self, catalog: Catalog) -> tuple[dict[str, tuple[float, float]],
+                                                  dict[str, str]]:
+        """Log 16-bit peak FLOP/s and log memory bandwidth, and vendor, of every type of
+        ``catalog`` by name (a target need not be one of the indexed types)."""
+        if self._target_info is None or self._target_info[0] != id(catalog):
+            specs = {h: (float(np.log(catalog[h].peak_bf16_tflops)),
+                         float(np.log(catalog[h].mem_bw_gb_per_s))) for h in catalog}
+            self._target_info = (id(catalog), specs, {h: catalog[h].vendor for h in catalog})
+        return self._target_info[1], self._target_info[2]
+
     def features(self, keys: Mapping[str, np.ndarray], hardware: np.ndarray,
                  catalog: Catalog, log_phys: np.ndarray,
                  jobs: Columns | None = None) -> dict[str, np.ndarray]:
@@ -203,8 +216,10 @@ class TransferIndex:
           per-type estimates; ``xfer_dist``: spec distance to the nearest type it ran on.
         """
         n = len(hardware)
-        out = {name: np.full(n, np.nan) for name in TRANSFER_FEATURES}
-        out["xfer_n_types"] = np.zeros(n)
+        # One block, a row per feature: one allocation where a request has a few dozen rows.
+        out = dict(zip(TRANSFER_FEATURES, np.full((len(TRANSFER_FEATURES), n), np.nan),
+                       strict=True))
+        out["xfer_n_types"][:] = 0.0
         fam = self._family_pos(keys["family_id"])
         virtual = len(self.hardware)
         tgt = np.array([self.hw_pos.get(h, virtual) for h in hardware], dtype=np.int64) \
@@ -254,11 +269,8 @@ class TransferIndex:
         var = np.where(has, (w * (est0 - np.nan_to_num(mean)[:, None]) ** 2).sum(axis=1)
                        / np.where(has, wsum, 1.0), np.nan)
         specs = self._log_specs(catalog)
-        uniq = {h: i for i, h in enumerate(dict.fromkeys(hardware[rows]))}
-        tspec = np.array([[np.log(catalog[h].peak_bf16_tflops), np.log(catalog[h].mem_bw_gb_per_s)]
-                          if h in catalog else [np.nan, np.nan] for h in uniq])
-        t_pos = np.array([uniq[h] for h in hardware[rows]], dtype=np.int64)
-        t = tspec[t_pos]                               # (m, 2): the target's specs
+        t_specs, t_vendors = self._targets(catalog)
+        t = np.array([t_specs.get(h, _NO_SPECS) for h in hardware[rows]]).reshape(-1, 2)
         dist = np.abs(specs[None, :, 0] - t[:, None, 0]) + np.abs(specs[None, :, 1] - t[:, None, 1])
         # The same observed types, carried by the gain share instead of the pair differences.
         phys_b = np.nan_to_num(log_phys[rows])
@@ -279,8 +291,7 @@ class TransferIndex:
         if self.pairs is not None and jobs is not None:
             # Same vendor first: other vendors' types only where the family ran on none of
             # the target's vendor's.
-            t_vendor = np.array([catalog[h].vendor if h in catalog else "" for h in uniq],
-                                dtype=object)[t_pos]
+            t_vendor = np.array([t_vendors.get(h, "") for h in hardware[rows]], dtype=object)
             same = seen & (self._vendors(catalog)[None, :] == t_vendor[:, None])
             prefer = np.where(same.any(axis=1)[:, None], same, seen)
             near = np.argsort(np.where(prefer, np.nan_to_num(dist, nan=1e9), np.inf), axis=1,
@@ -352,7 +363,7 @@ class TransferIndex:
         # (job, observed type, target type) once.
         on = jobs.take(rows)
         job, rep = on.codes(JOB_FEATURE_COLUMNS)
-        target, _ = pd.factorize(hardware[rows])
+        target, _ = factorize(hardware[rows])
         triple = (job[r] * len(self.hardware) + a) * (target.max() + 1) + target[r]
         _, first, inv = np.unique(triple, return_index=True, return_inverse=True)
         names = np.asarray(self.hardware, dtype=object)
