@@ -294,3 +294,65 @@ def test_encoding_in_blocks_gives_the_same_rows(trained_workspace: Workspace,
     small = encode(day, art.snapshot, CAT, art.full_spec, dtype=np.float32)
     assert small.dtype == np.float32
     np.testing.assert_array_equal(small, whole.astype(np.float32))
+
+
+def _window(n_families: int = 6, truth: str = "bandwidth"
+            ) -> tuple[TransferIndex, Columns, dict[str, np.ndarray]]:
+    """Families that each ran one shape on three types, every move between two types exactly
+    the memory-bandwidth ratio (a job the compute-bound physics estimate misjudges), or with
+    ``truth="physics"`` exactly the physics estimate's ratio; and family f2's job on B200."""
+    from leap.features.physics import estimates
+
+    types = ["A100-SXM4-80GB", "L4", "MI300X"]
+    job = {"trainer_count": 1, "batch_size": 32, "devices_per_trainer": 1,
+           "flops_per_sample": 1e12, "num_params": 1e8, "precision": "bf16"}
+    phys = estimates(pd.DataFrame([{**job, "hardware": h} for h in types]), CAT)["log_phys_sps"]
+    rows = []
+    for i in range(n_families):
+        for h, p in zip(types, phys, strict=True):
+            y = 0.1 * i + (np.log(CAT[h].mem_bw_gb_per_s) if truth == "bandwidth" else p)
+            rows.append({"family_id": f"f{i}", "hardware": h, "shape": "1/1/32",
+                         "fam_hw_shape_med_y": y, "fam_hw_shape_med_r": y - p})
+    shapes = pd.DataFrame(rows)
+    fam_hw = shapes.drop(columns="shape").rename(columns={"fam_hw_shape_med_y": "fam_hw_med_y",
+                                                          "fam_hw_shape_med_r": "fam_hw_med_r"})
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    idx = TransferIndex(fam_hw, empty, None, shapes)
+    target = Columns.from_frame(pd.DataFrame([{**job, "family_id": "f2", "hardware": "B200"}]))
+    return idx, target, _keys("f2", 1) | {"shape": np.array(["1/1/32"], dtype=object)}
+
+
+def test_a_type_nobody_ran_on_is_carried_by_the_spec_rule_the_window_favours() -> None:
+    from leap.features.physics import estimates
+
+    idx, job, keys = _window()
+    # Every move in the window is the bandwidth ratio: the rule's FLOP/s share is 0.
+    assert idx.spec_rule(CAT) == 0.0
+    phys_b = estimates(job, CAT)["log_phys_sps"]
+    out = idx.features(keys, np.array(["B200"], dtype=object), CAT, phys_b, job)
+    # B200 is in nobody's history: f2's level, carried by the bandwidth ratio alone.
+    want = 0.2 + np.log(CAT["B200"].mem_bw_gb_per_s)
+    assert out["xfer_r"][0] + phys_b[0] == pytest.approx(want)
+    assert out["xfer_g_r"][0] + phys_b[0] == pytest.approx(want)
+    # A type the window holds is not carried by the rule: the physics ratio, as before.
+    on_l4 = job.with_hardware(np.array(["L4"], dtype=object))
+    phys_l4 = estimates(on_l4, CAT)["log_phys_sps"]
+    seen = idx.features(keys, np.array(["L4"], dtype=object), CAT, phys_l4, on_l4)
+    level = [0.2 + np.log(CAT[h].mem_bw_gb_per_s) - p for h, p in zip(
+        ["A100-SXM4-80GB", "MI300X"], estimates(job.with_hardware(np.array(
+            ["A100-SXM4-80GB", "MI300X"], dtype=object)), CAT)["log_phys_sps"], strict=True)]
+    assert seen["xfer_g_r"][0] == pytest.approx(np.mean(level))
+
+
+def test_the_physics_ratio_stays_where_it_carries_the_window_as_well() -> None:
+    from leap.features.physics import estimates
+
+    idx, job, keys = _window(truth="physics")
+    # Every move is the physics ratio: a tie with any other share keeps it.
+    assert idx.spec_rule(CAT) is None
+    phys_b = estimates(job, CAT)["log_phys_sps"]
+    out = idx.features(keys, np.array(["B200"], dtype=object), CAT, phys_b, job)
+    assert out["xfer_r"][0] == pytest.approx(0.2)  # the family's residual, carried as is
+    # Too few moves to judge (2 families x 6 moves): the physics ratio.
+    few, _, _ = _window(n_families=2)
+    assert few.spec_rule(CAT) is None

@@ -17,6 +17,9 @@ ratio at the job's own shape):
 
 Each observed type gives one estimate of each kind; they are averaged with weights that grow
 with the evidence behind them, and the two are blended by the pair evidence (``xfer_r``).
+A type nobody ran on in the window has neither pairs nor a gain share of its own: it is
+carried by the physics gain, or, where the window's own cross-type moves favour it, by a
+blend of the physics gain and the memory-bandwidth ratio (:meth:`TransferIndex.spec_rule`).
 The family's own level on B is never used for B (the target column is left out), so the
 estimate means the same on a type the family ran on and on one it never did; training rows
 whose own history was masked (:meth:`leap.features.history.HistoryBuilder.snapshot` with
@@ -34,6 +37,7 @@ from leap.catalog import Catalog
 from leap.features.columns import SMALL, Columns, factorize, key_column
 from leap.features.pair_rows import JOB_FEATURE_COLUMNS, log_shape, shape_of
 from leap.features.pairs import PairModel
+from leap.features.physics import estimates
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0
@@ -45,6 +49,12 @@ SHRINK_GAIN = 2.0
 TRANSFER_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("all", ("precision",)), ("cat", ("model_category", "precision")), ("mt", ("model_type",)))
 _NO_SPECS = (np.nan, np.nan)
+#: The shares of the physics gain :meth:`TransferIndex.spec_rule` tries (1: all of it).
+SPEC_RULE_SHARES = np.linspace(0.0, 1.0, 11)
+#: Moves of one shape between two types it needs to judge the rules at all, and the most
+#: it reads.
+SPEC_RULE_MIN_PAIRS = 30
+SPEC_RULE_MAX_PAIRS = 200_000
 #: Names of the arrays :meth:`TransferIndex.features` returns, in feature order.
 TRANSFER_FEATURES = ("xfer_r", "xfer_n_types", "xfer_pair_n", "xfer_sd", "xfer_dist",
                      "xfer_gamma", "xfer_d_r", "xfer_g_r", "xfer_p_r", "xfer_p_sd", "xfer_s_r")
@@ -123,6 +133,7 @@ class TransferIndex:
         self._vendor: tuple[int, np.ndarray] | None = None
         self._target_info: tuple[int, dict[str, tuple[float, float]], dict[str, str]] | None \
             = None
+        self._spec_rule: tuple[int, float | None] | None = None
         self._shapes = self._shape_table(fam_hw_shape, fams, hw_index, n_hw)
 
     @staticmethod
@@ -130,7 +141,8 @@ class TransferIndex:
                      n_hw: int) -> dict[str, np.ndarray]:
         """The family x type x shape levels, sorted by (family, type): each group's shapes
         are ``[start, end)`` of ``key`` (``family * n_hw + type``), with their text, parsed
-        shape (trainers, devices per trainer, batch; -1 = missing) and residual."""
+        shape (trainers, devices per trainer, batch; -1 = missing), residual and log
+        throughput (NaN in a snapshot saved without it)."""
         if table is None or table.empty:
             return {"key": np.empty(0, np.int64)}
         fi = fams.get_indexer(key_column(table["family_id"]))
@@ -143,8 +155,11 @@ class TransferIndex:
         codes, distinct = pd.factorize(text[keep])
         parsed = pd.Series(distinct, dtype=object).str.split("/", expand=True) \
             .astype(np.float64).to_numpy().reshape(len(distinct), -1)[codes]
+        y = table["fam_hw_shape_med_y"].to_numpy(dtype=np.float64) \
+            if "fam_hw_shape_med_y" in table else np.full(len(table), np.nan)
         return {"key": key[order], "text": text[keep][order], "shape": parsed[order],
-                "r": table["fam_hw_shape_med_r"].to_numpy(dtype=np.float64)[keep][order]}
+                "r": table["fam_hw_shape_med_r"].to_numpy(dtype=np.float64)[keep][order],
+                "y": y[keep][order]}
 
     def warm(self) -> None:
         if self._fam_small is None:
@@ -184,6 +199,28 @@ class TransferIndex:
                          float(np.log(catalog[h].mem_bw_gb_per_s))) for h in catalog}
             self._target_info = (id(catalog), specs, {h: catalog[h].vendor for h in catalog})
         return self._target_info[1], self._target_info[2]
+
+    def spec_rule(self, catalog: Catalog) -> float | None:
+        """The share of the physics estimate's gain in the rule that carries a family's level
+        to a type nobody ran on in the window, or None where the physics gain in full does
+        it best (as for every other type).
+
+        The rule, for the job's move from a type A it ran on to the target B:
+        ``log y(B) - log y(A) = share x (P(B) - P(A)) + (1 - share) x (log W(B) - log W(A))``
+        with P the job's physics estimate (:mod:`leap.features.physics`: the roofline at its
+        own precision and shape) and W the memory bandwidth. Share 1 is the physics ratio,
+        0 the bandwidth ratio; for a compute-bound job 0.5 is the geometric mean of the
+        FLOP/s and bandwidth ratios, the best spec rule on the public tables.
+        Judged on the window itself: each shape a family ran on two types (at most
+        :data:`SPEC_RULE_MAX_PAIRS`, a seeded sample beyond) tests each share of
+        :data:`SPEC_RULE_SHARES`; the one that lands the most moves within +-20% (then: with
+        the smaller mean absolute log error; then the larger share) wins, given
+        :data:`SPEC_RULE_MIN_PAIRS` moves at least. Cached per catalog.
+        """
+        if self._spec_rule is None or self._spec_rule[0] != id(catalog):
+            self._spec_rule = (id(catalog), _fit_spec_rule(self._shapes, len(self.hardware) + 1,
+                                                           self._log_specs(catalog)))
+        return self._spec_rule[1]
 
     def features(self, keys: Mapping[str, np.ndarray], hardware: np.ndarray,
                  catalog: Catalog, log_phys: np.ndarray,
@@ -261,6 +298,26 @@ class TransferIndex:
             if "shape" in keys else np.full(level.shape, np.nan)
         level_s = np.where(np.isfinite(own), own, level)
         est = level_s + d_prev
+        specs = self._log_specs(catalog)
+        t_specs, t_vendors = self._targets(catalog)
+        t = np.array([t_specs.get(h, _NO_SPECS) for h in hardware[rows]]).reshape(-1, 2)
+        phys_b = np.nan_to_num(log_phys[rows])
+        # A type nobody ran on in the window: carried by the spec rule the window's own
+        # cross-type moves favour, where one beats the physics ratio (see `spec_rule`).
+        virt = (b == virtual) & np.isfinite(t).all(axis=1)
+        spec_r = None
+        if virt.any() and jobs is not None and (share := self.spec_rule(catalog)) is not None:
+            # The job's own physics estimate on each observed type: the move from there to
+            # the target is the hardware's alone (the family's own shape may differ there).
+            vr, va = np.nonzero(seen[virt])
+            on = jobs.take(rows[virt][vr]).with_hardware(np.asarray(self.hardware,
+                                                                    dtype=object)[va])
+            phys_a = np.full((int(virt.sum()), seen.shape[1]), np.nan)
+            phys_a[vr, va] = np.nan_to_num(estimates(on, catalog)["log_phys_sps"], nan=0.0)
+            move_phys = phys_b[virt, None] - phys_a
+            move_bw = t[virt, None, 1] - specs[None, :, 1]
+            spec_r = level_s[virt] + (1.0 - share) * (move_bw - move_phys)
+            est[virt] = spec_r
         w = np.where(seen, np.log1p(n_mt) + 0.25 * np.log1p(n_all) + 0.1, 0.0)
         wsum = w.sum(axis=1)
         has = wsum > 0
@@ -268,14 +325,12 @@ class TransferIndex:
         mean = np.where(has, (w * est0).sum(axis=1) / np.where(has, wsum, 1.0), np.nan)
         var = np.where(has, (w * (est0 - np.nan_to_num(mean)[:, None]) ** 2).sum(axis=1)
                        / np.where(has, wsum, 1.0), np.nan)
-        specs = self._log_specs(catalog)
-        t_specs, t_vendors = self._targets(catalog)
-        t = np.array([t_specs.get(h, _NO_SPECS) for h in hardware[rows]]).reshape(-1, 2)
         dist = np.abs(specs[None, :, 0] - t[:, None, 0]) + np.abs(specs[None, :, 1] - t[:, None, 1])
         # The same observed types, carried by the gain share instead of the pair differences.
-        phys_b = np.nan_to_num(log_phys[rows])
         level_y = self.level_y[f]
         est_g = level_y + gamma[:, None] * (phys_b[:, None] - (level_y - self.level[f]))
+        if spec_r is not None:
+            est_g[virt] = spec_r + phys_b[virt, None]
         est_g = np.where(seen, est_g, 0.0)
         g_r = np.where(has, (w * est_g).sum(axis=1) / np.where(has, wsum, 1.0), np.nan) - phys_b
         pair_n = np.where(seen, n_mt, 0.0).sum(axis=1)
@@ -372,6 +427,51 @@ class TransferIndex:
         has, med, sd = _row_median(r, level[r, a] + ratio, len(rows))
         out["xfer_p_r"][rows[has]] = med[has]
         out["xfer_p_sd"][rows[has]] = sd[has]
+
+
+def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
+                   ) -> float | None:
+    """:meth:`TransferIndex.spec_rule` on the family x type x shape levels ``shapes``
+    (``n_hw`` types' columns, ``specs`` their log FLOP/s and bandwidth)."""
+    key = shapes["key"]
+    if len(key) < 2:
+        return None
+    fam, hw = key // n_hw, key % n_hw
+    text_code, _ = pd.factorize(shapes["text"])
+    _, group = np.unique(fam * (int(text_code.max()) + 1) + text_code, return_inverse=True)
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    size = np.diff(np.r_[first, len(g)])
+    # Every ordered pair (a, b) of one group's types, a != b.
+    partners = np.repeat(size, size)
+    a = np.repeat(np.arange(len(g)), partners)
+    b = np.repeat(np.repeat(first, size), partners) + np.arange(len(a)) \
+        - np.repeat(np.cumsum(partners) - partners, partners)
+    a, b = order[a[a != b]], order[b[a != b]]
+    if len(a) > SPEC_RULE_MAX_PAIRS:
+        keep = np.sort(np.random.default_rng(0).choice(len(a), SPEC_RULE_MAX_PAIRS,
+                                                       replace=False))
+        a, b = a[keep], b[keep]
+    y, r = shapes["y"], shapes["r"]
+    dy = y[b] - y[a]
+    d_phys = (y[b] - r[b]) - (y[a] - r[a])
+    d_bw = specs[hw[b], 1] - specs[hw[a], 1]
+    ok = np.isfinite(dy) & np.isfinite(d_phys) & np.isfinite(d_bw)
+    if ok.sum() < SPEC_RULE_MIN_PAIRS:
+        return None
+    dy, d_phys, d_bw = dy[ok], d_phys[ok], d_bw[ok]
+
+    def score(pred: np.ndarray) -> tuple[float, float]:
+        """Share of moves within +-20%, then (on a tie) the smaller mean absolute log error."""
+        err = pred - dy
+        return (float(np.mean((err >= np.log(0.8)) & (err <= np.log(1.2)))),
+                -float(np.mean(np.abs(err))))
+
+    # The last share is 1, the physics ratio itself: an exact tie keeps it.
+    scores = [score(w * d_phys + (1.0 - w) * d_bw) for w in SPEC_RULE_SHARES]
+    best = len(scores) - 1 - max(range(len(scores)), key=lambda i: scores[::-1][i])
+    return None if SPEC_RULE_SHARES[best] == 1.0 else float(SPEC_RULE_SHARES[best])
 
 
 def _shapes_of(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
