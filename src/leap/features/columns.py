@@ -192,7 +192,11 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def stack(columns: Mapping[str, np.ndarray], names: Sequence[str], n: int) -> np.ndarray:
     """The float64 matrix of ``columns[name]`` for each of ``names``, one column each (what
-    ``np.column_stack`` gives, without its per-column copies into 2-D views)."""
+    ``np.column_stack`` gives, without its per-column copies into 2-D views).
+
+    >>> stack({"a": np.array([1.0, 2.0]), "b": np.array([3, 4])}, ["b", "a"], 2).tolist()
+    [[3.0, 1.0], [4.0, 2.0]]
+    """
     out = np.empty((n, len(names)))
     for j, name in enumerate(names):
         out[:, j] = columns[name]
