@@ -27,7 +27,7 @@ from leap.features.columns import SMALL, Columns, key_column, key_texts
 from leap.features.groupstats import Selection, SortedGroups
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
-from leap.features.transfer import TransferIndex
+from leap.features.transfer import TransferIndex, ordered_pairs
 
 KEY_SEP = "\x1f"
 #: Days that count as "recent" for the ``*_last_*`` statistics.
@@ -199,13 +199,14 @@ class Snapshot:
         self._small[name] = table
         return table
 
-    def warm(self) -> None:
-        """Build the per-level dicts of small lookups now (serving does this at load, so the
-        first request after a model swap is as fast as the others)."""
+    def warm(self, catalog: Catalog | None = None) -> None:
+        """Build the per-level dicts of small lookups now, and the transfer index's state for
+        ``catalog`` (serving does this at load, so the first request after a model swap is
+        as fast as the others)."""
         for level in LEVELS:
             if level.name not in self._small:
                 self._small_table(level.name)
-        self.transfer.warm()
+        self.transfer.warm(catalog)
 
     @property
     def transfer(self) -> TransferIndex:
@@ -411,14 +412,8 @@ class HistoryBuilder:
                          for c in ("model_type", "model_category", "precision"))
         r, phys = family_type.median("r")[present], family_type.median("p")[present]
         # Every ordered pair (a, b) of one family's types, a != b (the groups come sorted by
-        # family): row a meets each row of its family's run [start, start + size).
-        first = np.flatnonzero(np.r_[True, family[1:] != family[:-1]])
-        size = np.diff(np.r_[first, len(family)])
-        partners = np.repeat(size, size)
-        a = np.repeat(np.arange(len(family)), partners)
-        offset = np.arange(len(a)) - np.repeat(np.cumsum(partners) - partners, partners)
-        b = np.repeat(np.repeat(first, size), partners) + offset
-        a, b = a[a != b], b[a != b]
+        # family).
+        a, b = ordered_pairs(family)
         d, dp = r[b] - r[a], phys[b] - phys[a]
         mts, cats, precs, hws = (self._labels[c] for c in ("model_type", "model_category",
                                                            "precision", "hardware"))

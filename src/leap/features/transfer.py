@@ -29,6 +29,7 @@ whose own history was masked (:meth:`leap.features.history.HistoryBuilder.snapsh
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,18 @@ PAIR_NEAREST = 4
 #: Shapes the family ran on the target type, nearest to the job's own first, that
 #: ``xfer_s_r`` carries from.
 SHAPE_NEAREST = 3
+
+
+class _CatalogView(NamedTuple):
+    """What :class:`TransferIndex` reads of a catalog: log 16-bit peak FLOP/s and log memory
+    bandwidth (``specs``, (H + 1, 2)) and vendor of each indexed type and of the virtual
+    column (NaN and "" there and for a type the catalog lacks), and both by type name (a
+    target need not be an indexed type)."""
+
+    specs: np.ndarray
+    vendors: np.ndarray
+    specs_by_name: dict[str, tuple[float, float]]
+    vendor_by_name: dict[str, str]
 
 
 class TransferIndex:
@@ -129,10 +142,7 @@ class TransferIndex:
                                          1.0)
             self.tables[level] = (pos, d, n)
             self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
-        self._specs: tuple[int, np.ndarray] | None = None
-        self._vendor: tuple[int, np.ndarray] | None = None
-        self._target_info: tuple[int, dict[str, tuple[float, float]], dict[str, str]] | None \
-            = None
+        self._catalog: tuple[int, _CatalogView] | None = None
         self._spec_rule: tuple[int, float | None] | None = None
         self._shapes = self._shape_table(fam_hw_shape, fams, hw_index, n_hw)
 
@@ -161,9 +171,14 @@ class TransferIndex:
                 "r": table["fam_hw_shape_med_r"].to_numpy(dtype=np.float64)[keep][order],
                 "y": y[keep][order]}
 
-    def warm(self) -> None:
+    def warm(self, catalog: Catalog | None = None) -> None:
+        """Build the family dict of small lookups now, and with ``catalog`` its view and
+        :meth:`spec_rule` (a fit over the window's shapes: not on the first request that
+        meets a type nobody ran on)."""
         if self._fam_small is None:
             self._fam_small = {f: i for i, f in enumerate(self.families)}
+        if catalog is not None:
+            self.spec_rule(catalog)
 
     def _family_pos(self, family: np.ndarray) -> np.ndarray:
         if len(family) <= SMALL:
@@ -172,33 +187,19 @@ class TransferIndex:
             return np.array([self._fam_small.get(f, -1) for f in family], dtype=np.int64)
         return self.families.get_indexer(family)
 
-    def _log_specs(self, catalog: Catalog) -> np.ndarray:
-        """(H + 1, 2) log 16-bit peak FLOP/s and log memory bandwidth of the indexed types."""
-        if self._specs is None or self._specs[0] != id(catalog):
-            specs = np.full((len(self.hardware) + 1, 2), np.nan)
-            for i, h in enumerate(self.hardware):
-                if h in catalog:
-                    specs[i] = np.log([catalog[h].peak_bf16_tflops, catalog[h].mem_bw_gb_per_s])
-            self._specs = (id(catalog), specs)
-        return self._specs[1]
-
-    def _vendors(self, catalog: Catalog) -> np.ndarray:
-        """Vendor of each indexed type ("" where the catalog lacks it, and for the virtual
-        column of a type nobody ran on)."""
-        if self._vendor is None or self._vendor[0] != id(catalog):
-            names = [catalog[h].vendor if h in catalog else "" for h in self.hardware]
-            self._vendor = (id(catalog), np.array([*names, ""], dtype=object))
-        return self._vendor[1]
-
-    def _targets(self, catalog: Catalog) -> tuple[dict[str, tuple[float, float]],
-                                                  dict[str, str]]:
-        """Log 16-bit peak FLOP/s and log memory bandwidth, and vendor, of every type of
-        ``catalog`` by name (a target need not be one of the indexed types)."""
-        if self._target_info is None or self._target_info[0] != id(catalog):
-            specs = {h: (float(np.log(catalog[h].peak_bf16_tflops)),
-                         float(np.log(catalog[h].mem_bw_gb_per_s))) for h in catalog}
-            self._target_info = (id(catalog), specs, {h: catalog[h].vendor for h in catalog})
-        return self._target_info[1], self._target_info[2]
+    def _view(self, catalog: Catalog) -> _CatalogView:
+        """The specs and vendors of ``catalog`` this index reads, built once per catalog."""
+        if self._catalog is None or self._catalog[0] != id(catalog):
+            by_name = {h: (float(np.log(catalog[h].peak_bf16_tflops)),
+                           float(np.log(catalog[h].mem_bw_gb_per_s))) for h in catalog}
+            vendor = {h: catalog[h].vendor for h in catalog}
+            # The virtual column (a type nobody ran on) and a type the catalog lacks: NaN, "".
+            indexed = [*self.hardware, ""]
+            self._catalog = (id(catalog), _CatalogView(
+                specs=np.array([by_name.get(h, _NO_SPECS) for h in indexed]),
+                vendors=np.array([vendor.get(h, "") for h in indexed], dtype=object),
+                specs_by_name=by_name, vendor_by_name=vendor))
+        return self._catalog[1]
 
     def spec_rule(self, catalog: Catalog) -> float | None:
         """The share of the physics estimate's gain in the rule that carries a family's level
@@ -210,7 +211,8 @@ class TransferIndex:
         with P the job's physics estimate (:mod:`leap.features.physics`: the roofline at its
         own precision and shape) and W the memory bandwidth. Share 1 is the physics ratio,
         0 the bandwidth ratio; for a compute-bound job 0.5 is the geometric mean of the
-        FLOP/s and bandwidth ratios, the best spec rule on the public tables.
+        FLOP/s and bandwidth ratios (the best spec rule on two of the four public tables
+        with a type held out, the bandwidth ratio on Gavel's).
         Judged on the window itself: each shape a family ran on two types (at most
         :data:`SPEC_RULE_MAX_PAIRS`, a seeded sample beyond) tests each share of
         :data:`SPEC_RULE_SHARES`; the one that lands the most moves within +-20% (then: with
@@ -219,7 +221,7 @@ class TransferIndex:
         """
         if self._spec_rule is None or self._spec_rule[0] != id(catalog):
             self._spec_rule = (id(catalog), _fit_spec_rule(self._shapes, len(self.hardware) + 1,
-                                                           self._log_specs(catalog)))
+                                                           self._view(catalog).specs))
         return self._spec_rule[1]
 
     def features(self, keys: Mapping[str, np.ndarray], hardware: np.ndarray,
@@ -298,9 +300,10 @@ class TransferIndex:
             if "shape" in keys else np.full(level.shape, np.nan)
         level_s = np.where(np.isfinite(own), own, level)
         est = level_s + d_prev
-        specs = self._log_specs(catalog)
-        t_specs, t_vendors = self._targets(catalog)
-        t = np.array([t_specs.get(h, _NO_SPECS) for h in hardware[rows]]).reshape(-1, 2)
+        view = self._view(catalog)
+        specs = view.specs
+        t = np.array([view.specs_by_name.get(h, _NO_SPECS) for h in hardware[rows]]
+                     ).reshape(-1, 2)
         phys_b = np.nan_to_num(log_phys[rows])
         # A type nobody ran on in the window: carried by the spec rule the window's own
         # cross-type moves favour, where one beats the physics ratio (see `spec_rule`).
@@ -346,8 +349,9 @@ class TransferIndex:
         if self.pairs is not None and jobs is not None:
             # Same vendor first: other vendors' types only where the family ran on none of
             # the target's vendor's.
-            t_vendor = np.array([t_vendors.get(h, "") for h in hardware[rows]], dtype=object)
-            same = seen & (self._vendors(catalog)[None, :] == t_vendor[:, None])
+            t_vendor = np.array([view.vendor_by_name.get(h, "") for h in hardware[rows]],
+                                dtype=object)
+            same = seen & (view.vendors[None, :] == t_vendor[:, None])
             prefer = np.where(same.any(axis=1)[:, None], same, seen)
             near = np.argsort(np.where(prefer, np.nan_to_num(dist, nan=1e9), np.inf), axis=1,
                               kind="stable")[:, :PAIR_NEAREST]
@@ -440,15 +444,8 @@ def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
     text_code, _ = pd.factorize(shapes["text"])
     _, group = np.unique(fam * (int(text_code.max()) + 1) + text_code, return_inverse=True)
     order = np.argsort(group, kind="stable")
-    g = group[order]
-    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    size = np.diff(np.r_[first, len(g)])
-    # Every ordered pair (a, b) of one group's types, a != b.
-    partners = np.repeat(size, size)
-    a = np.repeat(np.arange(len(g)), partners)
-    b = np.repeat(np.repeat(first, size), partners) + np.arange(len(a)) \
-        - np.repeat(np.cumsum(partners) - partners, partners)
-    a, b = order[a[a != b]], order[b[a != b]]
+    a, b = ordered_pairs(group[order])
+    a, b = order[a], order[b]
     if len(a) > SPEC_RULE_MAX_PAIRS:
         keep = np.sort(np.random.default_rng(0).choice(len(a), SPEC_RULE_MAX_PAIRS,
                                                        replace=False))
@@ -472,6 +469,23 @@ def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
     scores = [score(w * d_phys + (1.0 - w) * d_bw) for w in SPEC_RULE_SHARES]
     best = len(scores) - 1 - max(range(len(scores)), key=lambda i: scores[::-1][i])
     return None if SPEC_RULE_SHARES[best] == 1.0 else float(SPEC_RULE_SHARES[best])
+
+
+def ordered_pairs(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair ``(a, b)``, ``a != b``, of positions in one run of equal values of
+    the sorted ``group``: row ``a`` meets each other row of its run.
+
+    >>> a, b = ordered_pairs(np.array([0, 0, 1, 2, 2, 2]))
+    >>> list(zip(a.tolist(), b.tolist()))[:4]
+    [(0, 1), (1, 0), (3, 4), (3, 5)]
+    """
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    size = np.diff(np.r_[first, len(group)])
+    partners = np.repeat(size, size)
+    a = np.repeat(np.arange(len(group)), partners)
+    offset = np.arange(len(a)) - np.repeat(np.cumsum(partners) - partners, partners)
+    b = np.repeat(np.repeat(first, size), partners) + offset
+    return a[a != b], b[a != b]
 
 
 def _shapes_of(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

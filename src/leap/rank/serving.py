@@ -68,7 +68,7 @@ class Serving:
                                 f"compute: {unknown}; retrain it")
         # The smallest device memory each family has succeeded on: a type with at least that
         # much memory fits the family, whatever the (conservative) physics estimate says.
-        artifact.snapshot.warm()
+        artifact.snapshot.warm(artifact.catalog)
         fam_hw = artifact.snapshot.tables["fam_hw"]
         memory = {n: h.memory_gb for n, h in artifact.catalog.items()}
         per_row = fam_hw["hardware"].astype(str).map(memory)
