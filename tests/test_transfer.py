@@ -210,6 +210,34 @@ def test_a_type_is_carried_from_the_jobs_own_shape_where_the_family_ran_it() -> 
             np.testing.assert_allclose(out["xfer_p_r"], [0.9, -0.1, 0.4])
 
 
+def test_a_type_is_carried_from_the_same_work_in_another_layout() -> None:
+    # f ran 4 devices as 2 hosts x 2 (per-trainer batch 64, global 128) on A100 (residual
+    # 0.9) and as 1 x 4 and 4 x 1 at global batch 256 (0.2 and 0.4); its median there is 0.
+    rows = [("2/2/64", 0.9), ("1/4/256", 0.2), ("4/1/64", 0.4), ("1/1/8", -0.5), ("1/1/9", 0.0),
+            ("1/1/10", 0.5)]
+    shapes = pd.DataFrame([("f", "A100-SXM4-80GB", s, r) for s, r in rows],
+                          columns=["family_id", "hardware", "shape", "fam_hw_shape_med_r"])
+    fam_hw = pd.DataFrame({"family_id": ["f"], "hardware": ["A100-SXM4-80GB"],
+                           "fam_hw_med_r": [0.0], "fam_hw_med_y": [2.0]})
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    idx = TransferIndex(fam_hw, empty, None, shapes)
+    # The target's hosts hold 4: the same work is 1 x 4 at 128, 1 x 4 at 256 (ran as is),
+    # 2 x 2 at per-trainer 128 (global 256: two layouts, their mean), 1 x 2 (never).
+    shape = [(1, 4, 128), (1, 4, 256), (2, 2, 128), (1, 2, 64)]
+    tc, dpt, batch = (list(c) for c in zip(*shape, strict=True))
+    keys = _keys("f", 4) | {"shape": np.array(["/".join(map(str, s)) for s in shape],
+                                              dtype=object)}
+    jobs = Columns.from_frame(pd.DataFrame({"family_id": "f", "hardware": "H100-SXM",
+                                            "trainer_count": tc, "devices_per_trainer": dpt,
+                                            "batch_size": batch}))
+    out = idx.features(keys, np.array(["H100-SXM"] * 4, dtype=object), CAT, np.full(4, 3.0),
+                       jobs)
+    np.testing.assert_allclose(out["xfer_d_r"], [0.9, 0.2, 0.3, 0.0])
+    # Without the job columns only the exact shape is read.
+    out = idx.features(keys, np.array(["H100-SXM"] * 4, dtype=object), CAT, np.full(4, 3.0))
+    np.testing.assert_allclose(out["xfer_d_r"], [0.0, 0.2, 0.0, 0.0])
+
+
 def test_novelty_groups_follow_the_history_of_each_row() -> None:
     pos = {n: i for i, n in enumerate(FEATURE_NAMES)}
     X = np.full((4, len(FEATURE_NAMES)), np.nan)

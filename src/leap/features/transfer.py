@@ -168,6 +168,7 @@ class TransferIndex:
         y = table["fam_hw_shape_med_y"].to_numpy(dtype=np.float64) \
             if "fam_hw_shape_med_y" in table else np.full(len(table), np.nan)
         return {"key": key[order], "text": text[keep][order], "shape": parsed[order],
+                "scale": _scale(parsed[order]),
                 "r": table["fam_hw_shape_med_r"].to_numpy(dtype=np.float64)[keep][order],
                 "y": y[keep][order]}
 
@@ -296,7 +297,8 @@ class TransferIndex:
         gamma = np.where(b == virtual, 1.0, gamma)
         # Carried from the job's own shape where the family ran it on the observed type (as
         # the pair model is trained: one shape on two types), else from its median there.
-        own = self._same_shape(f * (virtual + 1), seen, keys["shape"][rows]) \
+        own = self._same_shape(f * (virtual + 1), seen, keys["shape"][rows],
+                               None if jobs is None else _scale(shape_of(jobs.take(rows)))) \
             if "shape" in keys else np.full(level.shape, np.nan)
         level_s = np.where(np.isfinite(own), own, level)
         est = level_s + d_prev
@@ -364,18 +366,36 @@ class TransferIndex:
                                      keys["shape"], jobs, catalog)
         return out
 
-    def _same_shape(self, group: np.ndarray, seen: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    def _same_shape(self, group: np.ndarray, seen: np.ndarray, shape: np.ndarray,
+                    scale: np.ndarray | None = None) -> np.ndarray:
         """(rows, types) the family's residual in each row's own ``shape`` on each type in
         ``seen`` (NaN where it never ran that shape there); ``group``: each row's family
-        times the types' count (the shape table's key less the type)."""
+        times the types' count (the shape table's key less the type).
+
+        With ``scale`` (each row's :func:`_scale`), a type where the family never ran the
+        row's exact shape but ran its devices and global batch in another layout (e.g. two
+        hosts of two where the target has one of four: hosts differ in size between types)
+        gives that layout's residual, the mean over such layouts: the same work, and the
+        physics estimate behind the residual already prices the layout's communication.
+        """
         out = np.full(seen.shape, np.nan)
         table = self._shapes
         if len(table["key"]) == 0:
             return out
         r, a = np.nonzero(seen)
         pos, cand = _shapes_of(table["key"], group[r] + a)
-        hit = table["text"][cand] == shape[r[pos]]
-        out[r[pos[hit]], a[pos[hit]]] = table["r"][cand[hit]]
+        r, a = r[pos], a[pos]
+        hit = table["text"][cand] == shape[r]
+        out[r[hit], a[hit]] = table["r"][cand[hit]]
+        if scale is None:
+            return out
+        cell = r * seen.shape[1] + a
+        same = (table["scale"][cand] == scale[r]).all(axis=1) & ~hit
+        same &= np.isnan(out.ravel()[cell])
+        if same.any():
+            cells, inv = np.unique(cell[same], return_inverse=True)
+            mean = np.bincount(inv, weights=table["r"][cand[same]]) / np.bincount(inv)
+            out.ravel()[cells] = mean
         return out
 
     def _shape_features(self, pairs: PairModel, out: dict[str, np.ndarray], rows: np.ndarray,
@@ -469,6 +489,17 @@ def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
     scores = [score(w * d_phys + (1.0 - w) * d_bw) for w in SPEC_RULE_SHARES]
     best = len(scores) - 1 - max(range(len(scores)), key=lambda i: scores[::-1][i])
     return None if SPEC_RULE_SHARES[best] == 1.0 else float(SPEC_RULE_SHARES[best])
+
+
+def _scale(shape: np.ndarray) -> np.ndarray:
+    """``(n, 2)``: total devices and global batch of ``(n, 3)`` shapes (trainers, devices per
+    trainer, per-trainer batch); NaN where a part is missing (NaN or -1).
+
+    >>> _scale(np.array([[2., 2., 64.], [1., 4., 128.], [-1., 4., 8.]])).tolist()
+    [[4.0, 128.0], [4.0, 128.0], [nan, nan]]
+    """
+    s = np.where(np.asarray(shape, dtype=np.float64) > 0, shape, np.nan)
+    return np.column_stack([s[:, 0] * s[:, 1], s[:, 0] * s[:, 2]])
 
 
 def ordered_pairs(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
