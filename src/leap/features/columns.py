@@ -190,6 +190,20 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.array(list(seen), dtype=object)
 
 
+def vocab_codes(values: Sequence[Any] | np.ndarray, vocab: Sequence[str]) -> np.ndarray:
+    """Each value's position in ``vocab`` as a float, NaN for a value outside it or not a
+    string (looked up once per distinct value).
+
+    >>> vocab_codes(np.array(["b", None, "z", "b"], dtype=object), ["a", "b"]).tolist()
+    [1.0, nan, nan, 1.0]
+    """
+    pos = {v: float(i) for i, v in enumerate(vocab)}
+    codes, distinct = factorize(np.asarray(values, dtype=object))
+    per = np.array([pos.get(v, np.nan) if isinstance(v, str) else np.nan for v in distinct],
+                   dtype=np.float64)
+    return per[codes] if len(per) else np.full(len(codes), np.nan)
+
+
 def stack(columns: Mapping[str, np.ndarray], names: Sequence[str], n: int) -> np.ndarray:
     """The float64 matrix of ``columns[name]`` for each of ``names``, one column each (what
     ``np.column_stack`` gives, without its per-column copies into 2-D views).

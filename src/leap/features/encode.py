@@ -21,7 +21,7 @@ import pyarrow as pa
 from leap.catalog import Catalog
 from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS, PRECISIONS
 from leap.errors import ArtifactError, DataError
-from leap.features.columns import SMALL, Columns, stack
+from leap.features.columns import Columns, factorize, stack, vocab_codes
 from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
@@ -124,13 +124,6 @@ def _levels(jobs: pd.DataFrame, col: str) -> list[str]:
     return sorted(str(v) for v in jobs[col].dropna().unique())
 
 
-def _codes(values: np.ndarray, vocab: list[str]) -> np.ndarray:
-    lookup = {v: float(i) for i, v in enumerate(vocab)}
-    return np.array([lookup.get(v, np.nan) if isinstance(v, str) else np.nan for v in values],
-                    dtype=np.float64) if len(values) <= SMALL else (
-        pd.Series(values, dtype=object).map(lookup).to_numpy(dtype=np.float64, na_value=np.nan))
-
-
 def jobs_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Job requests (dicts of launch-time fields) as a frame typed exactly like stored attempts.
 
@@ -214,13 +207,13 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
     hardware = cols_in.obj("hardware")
     specs = hardware_specs(catalog, hardware)
     cols.update({c: specs[c] for c in _HW})
-    vendor_of = {name: catalog[name].vendor for name in set(hardware)}
-    vendor = np.array([vendor_of[h] for h in hardware], dtype=object) if n <= SMALL else (
-        pd.Series(hardware, dtype=object).map(vendor_of).to_numpy(dtype=object))
-    cols["hardware"] = _codes(hardware, spec.vocab.get("hardware", []))
-    cols["vendor"] = _codes(vendor, spec.vocab.get("vendor", []))
+    hw_codes, hw_names = factorize(hardware)
+    vendors = np.array([catalog[name].vendor for name in hw_names], dtype=object)
+    vendor = vendors[hw_codes]
+    cols["hardware"] = vocab_codes(hw_names, spec.vocab.get("hardware", []))[hw_codes]
+    cols["vendor"] = vocab_codes(vendors, spec.vocab.get("vendor", []))[hw_codes]
     for c in ("precision", "model_category"):
-        cols[c] = _codes(cols_in.obj(c), spec.vocab.get(c, []))
+        cols[c] = vocab_codes(cols_in.obj(c), spec.vocab.get(c, []))
     phys = estimates(cols_in, catalog)
     cols.update(phys)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import Columns, factorize, stack
+from leap.features.columns import Columns, factorize, stack, vocab_codes
 from leap.features.physics import activation_bytes, estimates, hardware_specs, peak_flops
 
 #: Family halves for cross-fitting.
@@ -65,9 +65,17 @@ MAX_PAIRS = 200_000
 
 
 def family_fold(family_id: np.ndarray) -> np.ndarray:
-    """Cross-fitting half (0 or 1) of each family id: a hash, stable across runs and machines."""
-    return np.fromiter((zlib.crc32(str(f).encode()) % FOLDS for f in family_id),
-                       dtype=np.int64, count=len(family_id))
+    """Cross-fitting half (0 or 1) of each family id: a hash, stable across runs and machines
+    (hashed once per distinct id: a block of rows repeats a few thousand families)."""
+    codes, distinct = factorize(np.asarray(family_id, dtype=object))
+    fold = np.fromiter((zlib.crc32(str(f).encode()) % FOLDS for f in distinct),
+                       dtype=np.int64, count=len(distinct))
+    return fold[codes]
+
+
+def _vendors(names: np.ndarray, catalog: Catalog) -> np.ndarray:
+    """The vendor of each type name (None for a type the catalog lacks)."""
+    return np.array([catalog[h].vendor if h in catalog else None for h in names], dtype=object)
 
 
 def _phys_r(jobs: Columns, catalog: Catalog) -> dict[str, np.ndarray]:
@@ -122,11 +130,10 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
             f[c] = jobs.num(c)[job]
         f["log_batch_per_device"] = (np.log(jobs.num("batch_size")) - np.log(
             np.fmax(jobs.num("devices_per_trainer"), 1.0)))[job]
-    vendor = _codes([catalog[h].vendor if h in catalog else None for h in names],
-                    vocab["vendor"])
+    vendor = vocab_codes(_vendors(names, catalog), vocab["vendor"])
     f["vendor_a"], f["vendor_b"] = vendor[hcode[:n]], vendor[hcode[n:]]
-    f["precision"] = _codes(jobs.obj("precision"), vocab["precision"])[job]
-    f["model_category"] = _codes(jobs.obj("model_category"), vocab["model_category"])[job]
+    f["precision"] = vocab_codes(jobs.obj("precision"), vocab["precision"])[job]
+    f["model_category"] = vocab_codes(jobs.obj("model_category"), vocab["model_category"])[job]
     X = stack(f, PAIR_FEATURES, n)
     return np.where(np.isfinite(X), X, np.nan)
 
@@ -174,10 +181,10 @@ def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
             f[f"log_{c}"] = np.log(on_b.num(c))
     for c in ("tensor_parallel", "pipeline_parallel", "num_layers"):
         f[c] = on_b.num(c)
-    f["vendor"] = _codes([catalog[h].vendor if h in catalog else None for h in hardware],
-                         vocab["vendor"])
-    f["precision"] = _codes(on_b.obj("precision"), vocab["precision"])
-    f["model_category"] = _codes(on_b.obj("model_category"), vocab["model_category"])
+    codes, names = factorize(hardware)
+    f["vendor"] = vocab_codes(_vendors(names, catalog), vocab["vendor"])[codes]
+    f["precision"] = vocab_codes(on_b.obj("precision"), vocab["precision"])
+    f["model_category"] = vocab_codes(on_b.obj("model_category"), vocab["model_category"])
     X = stack(f, SHAPE_FEATURES, n)
     return np.where(np.isfinite(X), X, np.nan)
 
@@ -219,12 +226,6 @@ def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
     target = (pairs["r"] - pairs["r_a"]).to_numpy()
     weight = np.sqrt(np.minimum(pairs["n"], pairs["n_a"]).to_numpy(dtype=np.float64))
     return jobs, a_shape, np.column_stack([target, weight])
-
-
-def _codes(values: object, vocab: list[str]) -> np.ndarray:
-    pos = {v: float(i) for i, v in enumerate(vocab)}
-    return np.array([pos.get(v, np.nan) if isinstance(v, str) else np.nan
-                     for v in values], dtype=np.float64)  # type: ignore[attr-defined]
 
 
 def pair_training_rows(attempts: pd.DataFrame, catalog: Catalog, *, max_pairs: int = MAX_PAIRS,
