@@ -236,7 +236,8 @@ class TransferIndex:
         - ``xfer_d_r``: the family's residual on its types carried to this one by the pair
           differences (NaN without family history on another type); on each type, its
           residual in the job's own shape where it ran that shape there (the snapshot's
-          family x type x shape level), else its median over shapes;
+          family x type x shape level; or the same devices and global batch in another
+          layout, see :meth:`_same_shape`), else its median over shapes;
         - ``xfer_gamma``: the gain share of jobs like this one; ``xfer_g_r``: the family's
           log throughput on its types plus that share of the physics gain, as a residual;
         - ``xfer_r``: the two blended, the pair differences weighing ``n / (n +
@@ -296,7 +297,8 @@ class TransferIndex:
         # prior (1), not a slope learned on other types' gains and extrapolated.
         gamma = np.where(b == virtual, 1.0, gamma)
         # Carried from the job's own shape where the family ran it on the observed type (as
-        # the pair model is trained: one shape on two types), else from its median there.
+        # the pair model is trained: one shape on two types), or the same devices and global
+        # batch in another layout, else from its median there.
         own = self._same_shape(f * (virtual + 1), seen, keys["shape"][rows],
                                None if jobs is None else _scale(shape_of(jobs.take(rows)))) \
             if "shape" in keys else np.full(level.shape, np.nan)
