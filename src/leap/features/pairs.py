@@ -145,10 +145,11 @@ class PairModel:
         if attempts.empty:
             return None
         jobs, hw_a, hw_b, tw = pair_training_rows(attempts, catalog, seed=p.seed)
+        # Distinct categories first: a Python pass over every row cost 0.3 s a fit.
+        categories = pd.unique(attempts.get("model_category", pd.Series([], dtype=object)))
         vocab = {"vendor": sorted({catalog[n].vendor for n in catalog}),
                  "precision": list(PRECISIONS),
-                 "model_category": sorted({str(c) for c in attempts.get("model_category", [])
-                                           if isinstance(c, str)})}
+                 "model_category": sorted({str(c) for c in categories if isinstance(c, str)})}
         X = pair_matrix(Columns.from_frame(jobs), hw_a, hw_b, catalog, vocab)
         boosters = _fit_halves(X, tw, jobs["family_id"].to_numpy(), PAIR_FEATURES, CATEGORICAL,
                                p, p.rounds)
