@@ -391,13 +391,13 @@ class TransferIndex:
         out[r[hit], a[hit]] = table["r"][cand[hit]]
         if scale is None:
             return out
+        # Only cells the exact shape left empty; several layouts of one cell: their mean.
         cell = r * seen.shape[1] + a
-        same = (table["scale"][cand] == scale[r]).all(axis=1) & ~hit
-        same &= np.isnan(out.ravel()[cell])
+        same = (table["scale"][cand] == scale[r]).all(axis=1) & ~hit & np.isnan(out.flat[cell])
         if same.any():
             cells, inv = np.unique(cell[same], return_inverse=True)
-            mean = np.bincount(inv, weights=table["r"][cand[same]]) / np.bincount(inv)
-            out.ravel()[cells] = mean
+            np.put(out, cells, np.bincount(inv, weights=table["r"][cand[same]])
+                   / np.bincount(inv))
         return out
 
     def _shape_features(self, pairs: PairModel, out: dict[str, np.ndarray], rows: np.ndarray,
