@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import lightgbm as lgb
 import numpy as np
 import pandas as pd
 import pytest
@@ -181,15 +183,41 @@ def test_the_novel_models_correction_is_scaled_by_what_the_validation_day_suppor
     assert isinstance(old, NoveltySplitModel) and old.shrink_ == 1.0
 
 
-def test_a_tree_grows_on_at_most_max_bagged_rows() -> None:
+def test_a_booster_is_fit_on_at_most_max_train_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(2000, 2))
-    y = X[:, 0] + rng.normal(scale=0.1, size=2000)
-    for cap, share in ((300_000, 0.5), (400, 0.2)):
-        params = GBMParams(num_leaves=7, max_rounds=5, max_bagged_rows=cap)
-        model = GlobalModel(params=params).fit(X, y, base=np.zeros(2000),
-                                               feature_names=["a", "b"], categorical=[])
-        assert model.booster_.params["bagging_fraction"] == share
+    X = rng.normal(size=(3000, 2))
+    y = X[:, 0] + rng.normal(scale=0.1, size=3000)
+    fit_rows: list[int] = []
+    real_train = lgb.train
+
+    def counting_train(params: dict, train_set: lgb.Dataset, **kw: object) -> lgb.Booster:
+        booster = real_train(params, train_set, **kw)  # type: ignore[arg-type]
+        if params["objective"] != "multiclass":  # the router samples rows on its own
+            fit_rows.append(train_set.num_data())
+        return booster
+
+    monkeypatch.setattr("leap.model.cascade.lgb.train", counting_train)
+    fit = {"base": np.zeros(3000), "feature_names": ["a", "b"], "categorical": []}
+    small = GBMParams(num_leaves=7, max_rounds=5, min_data_in_leaf=20)
+    wide = GlobalModel(params=small).fit(X, y, **fit)
+    capped = GlobalModel(params=replace(small, max_train_rows=500)).fit(
+        X, y, train=np.arange(3000) % 3 != 0, **fit)
+    CascadeModel(n_specialists=3, params=replace(small, max_train_rows=400)).fit(X, y, **fit)
+    assert fit_rows[0] == 3000 and fit_rows[1] == 500
+    assert len(fit_rows) == 5 and max(fit_rows[2:]) == 400
+    # A cap above the rows changes nothing.
+    same = GlobalModel(params=replace(small, max_train_rows=3000)).fit(X, y, **fit)
+    np.testing.assert_array_equal(same.predict(X, base=np.zeros(3000)),
+                                  wide.predict(X, base=np.zeros(3000)))
+    assert not np.array_equal(capped.predict(X, base=np.zeros(3000)),
+                              wide.predict(X, base=np.zeros(3000)))
+    # A model saved with a fit setting this leap no longer has still loads.
+    files = capped.to_files()
+    meta = json.loads(files["model.json"])
+    meta["params"]["max_bagged_rows"] = 300_000
+    old = model_from_files({**files, "model.json": json.dumps(meta)})
+    np.testing.assert_array_equal(old.predict(X, base=np.zeros(3000)),
+                                  capped.predict(X, base=np.zeros(3000)))
 
 
 def test_unfitted_model_refuses_to_predict() -> None:
