@@ -107,6 +107,28 @@ def test_snapshots_give_what_sql_gives_over_the_same_rows(day: int) -> None:
     builder.close()
 
 
+def test_a_masked_snapshot_reusing_the_plain_one_is_the_one_computed_alone() -> None:
+    hist = _history(100_000, seed=5)
+    as_of = datetime(2026, 1, 9, tzinfo=UTC)
+    exclude = pd.DataFrame({"family_id": [f"f{i}" for i in range(0, 400, 3)],
+                            "hardware": ["A100", "H100", "L4", "MI300X"] * 33 + ["A100", "L4"]})
+    alone = HistoryBuilder(hist, lookback_days=30)
+    want = alone.snapshot(as_of, exclude=exclude)
+    alone.close()
+    builder = HistoryBuilder(hist, lookback_days=30)
+    builder.snapshot(as_of - timedelta(days=1))  # another time's plain snapshot: not reused
+    assert builder._plain is not None and builder._plain[0] != as_of
+    other = builder.snapshot(as_of, exclude=exclude)
+    plain = builder.snapshot(as_of)
+    got = builder.snapshot(as_of, exclude=exclude)  # the pair levels from the plain one
+    builder.close()
+    for snap in (other, got):
+        assert snap.tables.keys() == want.tables.keys()
+        for name, table in want.tables.items():
+            pd.testing.assert_frame_equal(snap.tables[name], table, check_exact=True, obj=name)
+    assert 0 < len(got.tables["fam_hw"]) < len(plain.tables["fam_hw"])
+
+
 def test_history_is_reduced_in_chunks_with_the_same_result(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks are filtered one at a time (no filtered copy of the whole window); a chunk with

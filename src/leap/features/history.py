@@ -320,6 +320,8 @@ class HistoryBuilder:
         #: Each level's groups: their key columns, and those joined (the snapshot's index).
         self._keys: dict[str, list[np.ndarray]] = {}
         self._key_texts: dict[str, np.ndarray] = {}
+        #: The (family, type) pair of each group of the levels keyed by both (as ``_pair``).
+        self._group_pair: dict[str, np.ndarray] = {}
         for level in LEVELS:
             gid, keys = _group_ids([codes[k] for k in level.keys])
             wanted = level.values + (("p",) if level.name == _FAMILY_TYPE else ())
@@ -329,13 +331,22 @@ class HistoryBuilder:
             self._keys[level.name] = labels
             self._key_texts[level.name] = key_strings([np.asarray(v.astype(str), dtype=object)
                                                        for v in labels])
+            if {"family_id", "hardware"} <= set(level.keys):
+                family = keys[:, level.keys.index("family_id")].astype(np.int64)
+                self._group_pair[level.name] = family * n_hw + keys[:, level.keys.index(
+                    "hardware")]
             if level.name == _FAMILY_TYPE:
                 #: The (family code, type code) of each (family, type) group.
                 self._family_type = keys
+        #: The last snapshot built without exclusions: (as of, its pair levels' tables, key
+        #: texts and pairs, its (family, type) groups' statistics); see :meth:`snapshot`.
+        self._plain: tuple[datetime, dict[str, tuple[pd.DataFrame, np.ndarray, np.ndarray]],
+                           dict[str, np.ndarray]] | None = None
 
     def close(self) -> None:
         """Let the sorted rows go (no snapshot can be built after)."""
         self._groups.clear()
+        self._plain = None
 
     def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None) -> Snapshot:
         """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``.
@@ -350,7 +361,7 @@ class HistoryBuilder:
         start, end, recent = (int(np.searchsorted(self._time, _ns(t))) for t in (
             as_of - timedelta(days=self.lookback_days), as_of,
             as_of - timedelta(days=RECENT_DAYS)))
-        kept = None
+        kept = excluded = None
         if exclude is not None and len(exclude):
             family = self._encode_labels("family_id", exclude["family_id"])
             hw = self._encode_labels("hardware", exclude["hardware"])
@@ -359,17 +370,36 @@ class HistoryBuilder:
                                 dtype=bool)
             excluded[family[known] * len(self._labels["hardware"]) + hw[known]] = True
             kept = ~excluded[self._pair]
-        tables, texts = {}, {}
+        # A group of a level keyed by (family, type) holds the rows of one pair: it is either
+        # excluded whole or has exactly the rows, and so the statistics, it has without
+        # exclusions. Those levels are taken from the plain snapshot as of the same time
+        # (training builds it first) instead of being computed again.
+        plain = self._plain if self._plain is not None and self._plain[0] == as_of else None
+        tables, texts, pair_levels = {}, {}, {}
         for lv in LEVELS:
+            if plain is not None and excluded is not None and lv.name in self._group_pair:
+                table, text, pair = plain[1][lv.name]
+                keep = ~excluded[pair]
+                tables[lv.name] = table[keep].reset_index(drop=True)
+                texts[lv.name] = text[keep]
+                continue
             groups = self._groups[lv.name]
             full = groups.select(start, end, kept)
             present = np.flatnonzero(full.count() > 0)
             tables[lv.name] = self._level(lv, full, groups.select(max(start, recent), end, kept),
                                           present, as_of)
             texts[lv.name] = self._key_texts[lv.name][present]
+            if lv.name in self._group_pair:
+                pair_levels[lv.name] = (tables[lv.name], texts[lv.name],
+                                        self._group_pair[lv.name][present])
             if lv.name == _FAMILY_TYPE:
-                transfer = self._transfer_table(full, present)
-        tables[TRANSFER] = transfer
+                pair_stats = self._family_type_stats(full, present, tables[lv.name])
+        if plain is not None and excluded is not None:
+            keep = ~excluded[plain[1][_FAMILY_TYPE][2]]
+            pair_stats = {k: v[keep] for k, v in plain[2].items()}
+        elif excluded is None:
+            self._plain = (as_of, pair_levels, pair_stats)
+        tables[TRANSFER] = self._transfer_table(pair_stats)
         return Snapshot(as_of, self.lookback_days, tables,
                         self.pairs(as_of) if self.pairs is not None else None, texts)
 
@@ -397,20 +427,31 @@ class HistoryBuilder:
         out[f"{level.name}_sd_{v0}"] = full.std(v0)[present]
         return pd.DataFrame(out)
 
-    def _transfer_table(self, family_type: Selection, present: np.ndarray) -> pd.DataFrame:
+    def _family_type_stats(self, family_type: Selection, present: np.ndarray,
+                           table: pd.DataFrame) -> dict[str, np.ndarray]:
+        """What the transfer table reads of each (family, type) group with rows: its family
+        and type codes, model type, category and precision codes (their smallest over its
+        rows), and median residual and physics estimate. ``family_type`` is the snapshot's
+        rows grouped by (family, type), ``present`` the groups it holds rows of, ``table``
+        their level table (whose median residual this is)."""
+        stats = {"family": self._family_type[present, 0], "hw": self._family_type[present, 1],
+                 **{c: family_type.minimum(self._codes[c])[present].astype(np.int64)
+                    for c in ("model_type", "model_category", "precision")},
+                 "r": table[f"{_FAMILY_TYPE}_med_r"].to_numpy(dtype=np.float64),
+                 "phys": family_type.median("p")[present]}
+        return stats
+
+    def _transfer_table(self, stats: Mapping[str, np.ndarray]) -> pd.DataFrame:
         """Cross-type differences of the residual ``r`` between families' median levels.
 
         For every family that ran on two types A and B in the window, ``r(B) - r(A)`` of its
         median residuals is one sample of how B compares with A beyond the physics estimate.
         Their median and count per (model type, A, B), per (model category and precision, A,
         B) and per (precision, A, B); keys are :data:`~leap.features.transfer.TRANSFER_LEVELS`
-        texts. ``family_type`` is the snapshot's rows grouped by (family, type); ``present``
-        the groups it holds rows of.
+        texts. ``stats``: :meth:`_family_type_stats` of the snapshot's (family, type) groups.
         """
-        family, hw = self._family_type[present, 0], self._family_type[present, 1]
-        mt, cat, prec = (family_type.minimum(self._codes[c])[present].astype(np.int64)
-                         for c in ("model_type", "model_category", "precision"))
-        r, phys = family_type.median("r")[present], family_type.median("p")[present]
+        family, hw, r, phys = stats["family"], stats["hw"], stats["r"], stats["phys"]
+        mt, cat, prec = stats["model_type"], stats["model_category"], stats["precision"]
         # Every ordered pair (a, b) of one family's types, a != b (the groups come sorted by
         # family).
         a, b = ordered_pairs(family)
