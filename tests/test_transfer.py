@@ -322,6 +322,12 @@ def test_encoding_in_blocks_gives_the_same_rows(trained_workspace: Workspace,
     small = encode(day, art.snapshot, CAT, art.full_spec, dtype=np.float32)
     assert small.dtype == np.float32
     np.testing.assert_array_equal(small, whole.astype(np.float32))
+    # Repeated configurations are encoded once; each row is what it is encoded alone.
+    distinct = Columns.from_frame(day).codes(encode_module.DISTINCT_KEY)[1]
+    assert len(distinct) < len(day)
+    for i in range(0, len(day), 37):
+        np.testing.assert_array_equal(encode(day.iloc[[i]], art.snapshot, CAT, art.full_spec),
+                                      whole[[i]])
 
 
 def _window(n_families: int = 6, truth: str = "bandwidth"
