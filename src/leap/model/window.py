@@ -275,18 +275,22 @@ def history_start(t: datetime, cfg: TrainConfig) -> datetime:
     return start
 
 
-def submitted_before(attempts: pd.DataFrame, until: datetime) -> pd.DataFrame:
-    """The rows of ``attempts`` submitted before ``until``: a slice, not a copy, when they are
-    in time order (as :func:`load_attempts` gives them; a 4x window's copy was 0.5 GiB).
+def submitted_in(attempts: pd.DataFrame, start: datetime | None, end: datetime) -> pd.DataFrame:
+    """The rows of ``attempts`` submitted in ``[start, end)`` (``start`` None: every row
+    before ``end``): a slice, not a copy, when they are in time order (as
+    :func:`load_attempts` gives them; a 4x window's copy was 0.5 GiB, and a filter over it
+    took 0.2 s a day).
 
     >>> at = pd.to_datetime(["2026-01-01", "2026-01-02", "2026-01-03"], utc=True)
-    >>> len(submitted_before(pd.DataFrame({"submitted_at": at}), at[2].to_pydatetime()))
-    2
+    >>> frame = pd.DataFrame({"submitted_at": at})
+    >>> len(submitted_in(frame, None, at[2])), len(submitted_in(frame, at[1], at[2]))
+    (2, 1)
     """
     at = attempts["submitted_at"]
     if at.is_monotonic_increasing:
-        return attempts.iloc[:int(at.searchsorted(until, side="left"))]
-    return attempts[at < until]
+        lo = 0 if start is None else int(at.searchsorted(start, side="left"))
+        return attempts.iloc[lo:int(at.searchsorted(end, side="left"))]
+    return attempts[(at < end) if start is None else (at >= start) & (at < end)]
 
 
 def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
@@ -294,7 +298,7 @@ def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
     """Snapshots (and pair models) from the attempts of ``attempts`` before ``until``; the
     snapshot as of ``until`` itself (the night served) reads a pair model fit just before it
     (see :class:`~leap.features.pairs.PairSchedule`)."""
-    past = submitted_before(attempts, until)
+    past = submitted_in(attempts, None, until)
     prepared = _prepared_history(past, catalog, cache)
     pairs = PairSchedule(past, catalog,
                          PairParams(seed=cfg.seed, num_threads=cfg.threads),
@@ -364,7 +368,8 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
         if progress:
             progress("features", i + 1, len(days) + 1)
         start = window_start + timedelta(days=d)
-        rows = succeeded_attempts(attempts[day_index == d], catalog)
+        rows = succeeded_attempts(submitted_in(attempts, start, start + timedelta(days=1)),
+                                  catalog)
         if len(rows) == 0:
             continue
         y = np.log(rows["throughput"].to_numpy(dtype=np.float64))
@@ -425,8 +430,7 @@ def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catal
     t1 = time.perf_counter()
     serving = builder.snapshot(as_of)
     snap_s = time.perf_counter() - t1
-    at = attempts["submitted_at"]
-    jobs = succeeded_attempts(attempts[(at >= as_of) & (at < as_of + timedelta(days=1))],
+    jobs = succeeded_attempts(submitted_in(attempts, as_of, as_of + timedelta(days=1)),
                               catalog)
     t2 = time.perf_counter()
     X = encode(jobs, serving, catalog, full)
@@ -478,9 +482,8 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
         for d in range(cfg.window_days + 1):
             builder.pairs(window_start + timedelta(days=d))
     pair_s = time.perf_counter() - t0
-    at = attempts["submitted_at"]
-    spec = window_spec(succeeded_attempts(attempts[(at >= window_start) & (at < as_of)],
-                                          catalog), catalog, cfg, window_start, as_of)
+    spec = window_spec(succeeded_attempts(submitted_in(attempts, window_start, as_of), catalog),
+                       catalog, cfg, window_start, as_of)
     blocks = encode_days(attempts, builder, catalog, window_start, range(cfg.window_days), cfg,
                          spec, progress, cache)
     held = held_out_day(attempts, builder, catalog, as_of, cfg, spec)
