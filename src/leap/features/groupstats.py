@@ -38,7 +38,8 @@ class SortedGroups:
     ([nan, 25.0], [2, 2])
     """
 
-    def __init__(self, gid: np.ndarray, n_groups: int, values: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, gid: np.ndarray, n_groups: int, values: Mapping[str, np.ndarray],
+                 value_orders: Mapping[str, np.ndarray] | None = None) -> None:
         sizes = np.bincount(gid, minlength=n_groups)
         if len(sizes) > n_groups or (n_groups and sizes.min() == 0):
             raise ValueError("every group needs at least one row and a gid below n_groups")
@@ -48,9 +49,15 @@ class SortedGroups:
         #: ``bounds[g]:bounds[g + 1]`` are group g's positions in every sorted order.
         self.bounds = np.concatenate(([0], np.cumsum(sizes)))
         index = np.int32 if len(gid) < 2**31 else np.int64
-        # Rows in (group, value) order; ties keep row order, so the order is reproducible.
-        self.orders: dict[str, np.ndarray] = {
-            name: np.lexsort((v, self.gid)).astype(index) for name, v in self.values.items()}
+        # Rows in (group, value) order; ties keep row order, so the order is reproducible:
+        # the rows in value order (stable), then stably by group. ``value_orders`` may hold
+        # the first for some values (tables over the same rows share it).
+        self.orders: dict[str, np.ndarray] = {}
+        for name, v in self.values.items():
+            by_value = value_orders[name] if value_orders is not None and name in value_orders \
+                else np.argsort(v, kind="stable")
+            self.orders[name] = by_value[np.argsort(self.gid[by_value], kind="stable")].astype(
+                index, copy=False)
 
     def __len__(self) -> int:
         return len(self.gid)

@@ -316,6 +316,9 @@ class HistoryBuilder:
         n_hw = len(self._labels["hardware"])
         #: (family, type) pair of each row, as ``family code * types + type code``.
         self._pair = codes["family_id"].astype(np.int64) * n_hw + codes["hardware"]
+        # The rows in the order of each value, shared by every level's groups.
+        index = np.int32 if len(y) < 2**31 else np.int64
+        value_orders = {v: np.argsort(a, kind="stable").astype(index) for v, a in values.items()}
         self._groups: dict[str, SortedGroups] = {}
         #: Each level's groups: their key columns, and those joined (the snapshot's index).
         self._keys: dict[str, list[np.ndarray]] = {}
@@ -326,7 +329,7 @@ class HistoryBuilder:
             gid, keys = _group_ids([codes[k] for k in level.keys])
             wanted = level.values + (("p",) if level.name == _FAMILY_TYPE else ())
             self._groups[level.name] = SortedGroups(gid, len(keys),
-                                                    {v: values[v] for v in wanted})
+                                                    {v: values[v] for v in wanted}, value_orders)
             labels = [self._labels[k][keys[:, j]] for j, k in enumerate(level.keys)]
             self._keys[level.name] = labels
             self._key_texts[level.name] = key_strings([np.asarray(v.astype(str), dtype=object)
