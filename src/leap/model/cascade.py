@@ -56,7 +56,10 @@ class GBMParams:
     max_train_rows: int = 300_000
     max_bin: int = 63
     objective: str = "quantile"  # median; "l2" is the mean ablation
-    early_stopping_rounds: int = 20
+    #: Rounds without a better validation score before a booster stops (and keeps its best
+    #: round). 10 rather than 20: on the default fleet's held-out day 87.12% -> 87.13%, on a
+    #: fleet four times as large 87.74% -> 87.73%, with 14% and 22% fewer rounds grown.
+    early_stopping_rounds: int = 10
     num_threads: int = 2
     seed: int = 0
 
