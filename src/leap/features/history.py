@@ -447,12 +447,11 @@ class HistoryBuilder:
         rows), and median residual and physics estimate. ``family_type`` is the snapshot's
         rows grouped by (family, type), ``present`` the groups it holds rows of, ``table``
         their level table (whose median residual this is)."""
-        stats = {"family": self._family_type[present, 0], "hw": self._family_type[present, 1],
-                 **{c: family_type.minimum(self._codes[c])[present].astype(np.int64)
-                    for c in ("model_type", "model_category", "precision")},
-                 "r": table[f"{_FAMILY_TYPE}_med_r"].to_numpy(dtype=np.float64),
-                 "phys": family_type.median("p")[present]}
-        return stats
+        return {"family": self._family_type[present, 0], "hw": self._family_type[present, 1],
+                **{c: family_type.minimum(self._codes[c])[present].astype(np.int64)
+                   for c in ("model_type", "model_category", "precision")},
+                "r": table[f"{_FAMILY_TYPE}_med_r"].to_numpy(dtype=np.float64),
+                "phys": family_type.median("p")[present]}
 
     def _transfer_table(self, stats: Mapping[str, np.ndarray]) -> pd.DataFrame:
         """Cross-type differences of the residual ``r`` between families' median levels.
