@@ -163,8 +163,8 @@ class TransferIndex:
         order = np.argsort(key, kind="stable")
         # Parsed once per distinct shape: a few hundred texts, where rows are many thousands.
         codes, distinct = pd.factorize(text[keep])
-        parsed = pd.Series(distinct, dtype=object).str.split("/", expand=True) \
-            .astype(np.float64).to_numpy().reshape(len(distinct), -1)[codes]
+        parsed = np.array([t.split("/") for t in distinct], dtype=np.float64).reshape(
+            len(distinct), 3)[codes]
         y = table["fam_hw_shape_med_y"].to_numpy(dtype=np.float64) \
             if "fam_hw_shape_med_y" in table else np.full(len(table), np.nan)
         return {"key": key[order], "text": text[keep][order], "shape": parsed[order],
