@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -351,10 +352,9 @@ class HistoryBuilder:
             if level.name == _FAMILY_TYPE:
                 #: The (family code, type code) of each (family, type) group.
                 self._family_type = keys
-        #: The last snapshot built without exclusions: (as of, its pair levels' tables, key
-        #: texts and pairs, its (family, type) groups' statistics); see :meth:`snapshot`.
-        self._plain: tuple[datetime, dict[str, tuple[pd.DataFrame, np.ndarray, np.ndarray]],
-                           dict[str, np.ndarray]] | None = None
+        #: What the last snapshot built without exclusions holds for masked ones of the same
+        #: time (see :meth:`snapshot`).
+        self._plain: _PlainParts | None = None
 
     def close(self) -> None:
         """Let the sorted rows go (no snapshot can be built after)."""
@@ -387,11 +387,11 @@ class HistoryBuilder:
         # excluded whole or has exactly the rows, and so the statistics, it has without
         # exclusions. Those levels are taken from the plain snapshot as of the same time
         # (training builds it first) instead of being computed again.
-        plain = self._plain if self._plain is not None and self._plain[0] == as_of else None
+        plain = self._plain if self._plain is not None and self._plain.as_of == as_of else None
         tables, texts, pair_levels = {}, {}, {}
         for lv in LEVELS:
             if plain is not None and excluded is not None and lv.name in self._group_pair:
-                table, text, pair = plain[1][lv.name]
+                table, text, pair = plain.levels[lv.name]
                 keep = ~excluded[pair]
                 tables[lv.name] = table[keep].reset_index(drop=True)
                 texts[lv.name] = text[keep]
@@ -408,10 +408,10 @@ class HistoryBuilder:
             if lv.name == _FAMILY_TYPE:
                 pair_stats = self._family_type_stats(full, present, tables[lv.name])
         if plain is not None and excluded is not None:
-            keep = ~excluded[plain[1][_FAMILY_TYPE][2]]
-            pair_stats = {k: v[keep] for k, v in plain[2].items()}
+            keep = ~excluded[plain.levels[_FAMILY_TYPE][2]]
+            pair_stats = {k: v[keep] for k, v in plain.pair_stats.items()}
         elif excluded is None:
-            self._plain = (as_of, pair_levels, pair_stats)
+            self._plain = _PlainParts(as_of, pair_levels, pair_stats)
         tables[TRANSFER] = self._transfer_table(pair_stats)
         return Snapshot(as_of, self.lookback_days, tables,
                         self.pairs(as_of) if self.pairs is not None else None, texts)
@@ -502,6 +502,16 @@ def _finite_sums(gid: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarr
     ok = np.isfinite(values)
     units = np.round(values[ok] * 1e9)
     return np.bincount(gid[ok], weights=units, minlength=n_groups) / 1e9
+
+
+class _PlainParts(NamedTuple):
+    """What a snapshot without exclusions gives masked snapshots of the same time."""
+
+    as_of: datetime
+    #: Each (family, type)-keyed level: its table, key texts and each row's pair.
+    levels: dict[str, tuple[pd.DataFrame, np.ndarray, np.ndarray]]
+    #: :meth:`HistoryBuilder._family_type_stats` of its (family, type) groups.
+    pair_stats: dict[str, np.ndarray]
 
 
 #: The level whose groups are (family, type) pairs: the transfer table's families.

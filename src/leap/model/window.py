@@ -353,11 +353,11 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     spec_key = hashlib.sha256((full.to_json() + f"pairs={cfg.pair_model}").encode()
                               ).hexdigest()[:16]
     mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
+    starts = {d: window_start + timedelta(days=d) for d in days}
+    day_attempts = {d: submitted_in(attempts, t, t + timedelta(days=1)) for d, t in starts.items()}
     # The matrix is filled day by day in place: reserved for every attempt of these days and
     # one masked copy of each (pages never written cost no memory), so no day is held twice.
-    day_index = np.asarray((attempts["submitted_at"] - window_start) // timedelta(days=1),
-                           dtype=np.int64)
-    X = np.empty((2 * int(np.isin(day_index, list(days)).sum()), len(FEATURE_NAMES)),
+    X = np.empty((2 * sum(len(a) for a in day_attempts.values()), len(FEATURE_NAMES)),
                  dtype=TRAIN_DTYPE)
     filled = 0
     ys: list[np.ndarray] = []
@@ -367,9 +367,8 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     for i, d in enumerate(days):
         if progress:
             progress("features", i + 1, len(days) + 1)
-        start = window_start + timedelta(days=d)
-        rows = succeeded_attempts(submitted_in(attempts, start, start + timedelta(days=1)),
-                                  catalog)
+        start = starts[d]
+        rows = succeeded_attempts(day_attempts[d], catalog)
         if len(rows) == 0:
             continue
         y = np.log(rows["throughput"].to_numpy(dtype=np.float64))
