@@ -81,6 +81,29 @@ def test_training_rows_never_see_their_own_day(attempts: pd.DataFrame) -> None:
     assert not ts.serving_snapshot.tables["fam"].equals(ts2.serving_snapshot.tables["fam"])
 
 
+def test_days_encoded_side_by_side_are_the_days_encoded_one_by_one(
+        attempts: pd.DataFrame) -> None:
+    cfg = small_train_config(window_days=4)
+    one = build_training_set(attempts, CAT, SMALL_AS_OF, replace(cfg, threads=1))
+    two = build_training_set(attempts, CAT, SMALL_AS_OF, replace(cfg, threads=2))
+    assert one.masked.any() and len(one.y) > 1000
+    for name in ("X", "y", "day", "masked", "group", "eval_X", "eval_masked_X"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(two, name), err_msg=name)
+
+
+def test_boosters_grown_side_by_side_are_the_boosters_grown_one_by_one() -> None:
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(6000, 5))
+    y = 2 * X[:, 0] + np.sin(X[:, 1]) + 0.1 * rng.normal(size=6000)
+    names = [f"x{i}" for i in range(5)]
+    preds = []
+    for threads in (1, 2):
+        m = CascadeModel(n_specialists=3, params=GBMParams(max_rounds=30, num_threads=threads))
+        m.fit(X, y, base=np.zeros(6000), feature_names=names, categorical=[])
+        preds.append(m.predict(X[:500], base=np.zeros(500)))
+    np.testing.assert_array_equal(preds[0], preds[1])
+
+
 def test_unseen_family_gets_explicit_missing_history(trained_workspace: Workspace) -> None:
     art = Registry(trained_workspace.models_dir).load()
     job = {"family_id": "never-seen-family", "model_type": "vision-000", "trainer_count": 2,

@@ -33,6 +33,9 @@ from leap.features.transfer import TransferIndex, ordered_pairs
 KEY_SEP = "\x1f"
 #: Days that count as "recent" for the ``*_last_*`` statistics.
 RECENT_DAYS = 2
+#: Plain snapshots whose (family, type)-keyed parts a builder keeps for masked snapshots of
+#: the same time: more than the days training builds at once.
+PLAIN_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -352,14 +355,15 @@ class HistoryBuilder:
             if level.name == _FAMILY_TYPE:
                 #: The (family code, type code) of each (family, type) group.
                 self._family_type = keys
-        #: What the last snapshot built without exclusions holds for masked ones of the same
-        #: time (see :meth:`snapshot`).
-        self._plain: _PlainParts | None = None
+        #: What the latest snapshots built without exclusions hold for masked ones of the
+        #: same time (see :meth:`snapshot`), by time: the :data:`PLAIN_KEPT` latest built
+        #: (training may build a few days at once, on threads).
+        self._plain: dict[datetime, _PlainParts] = {}
 
     def close(self) -> None:
         """Let the sorted rows go (no snapshot can be built after)."""
         self._groups.clear()
-        self._plain = None
+        self._plain.clear()
 
     def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None) -> Snapshot:
         """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``.
@@ -387,7 +391,7 @@ class HistoryBuilder:
         # excluded whole or has exactly the rows, and so the statistics, it has without
         # exclusions. Those levels are taken from the plain snapshot as of the same time
         # (training builds it first) instead of being computed again.
-        plain = self._plain if self._plain is not None and self._plain.as_of == as_of else None
+        plain = self._plain.get(as_of)
         tables, texts, pair_levels = {}, {}, {}
         for lv in LEVELS:
             if plain is not None and excluded is not None and lv.name in self._group_pair:
@@ -411,7 +415,9 @@ class HistoryBuilder:
             keep = ~excluded[plain.levels[_FAMILY_TYPE][2]]
             pair_stats = {k: v[keep] for k, v in plain.pair_stats.items()}
         elif excluded is None:
-            self._plain = _PlainParts(as_of, pair_levels, pair_stats)
+            self._plain[as_of] = _PlainParts(pair_levels, pair_stats)
+            for old in list(self._plain)[:-PLAIN_KEPT]:
+                self._plain.pop(old, None)
         tables[TRANSFER] = self._transfer_table(pair_stats)
         return Snapshot(as_of, self.lookback_days, tables,
                         self.pairs(as_of) if self.pairs is not None else None, texts)
@@ -507,7 +513,6 @@ def _finite_sums(gid: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarr
 class _PlainParts(NamedTuple):
     """What a snapshot without exclusions gives masked snapshots of the same time."""
 
-    as_of: datetime
     #: Each (family, type)-keyed level: its table, key texts and each row's pair.
     levels: dict[str, tuple[pd.DataFrame, np.ndarray, np.ndarray]]
     #: :meth:`HistoryBuilder._family_type_stats` of its (family, type) groups.

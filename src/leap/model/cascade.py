@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
 from typing import Any, Protocol
 
 import lightgbm as lgb
 import numpy as np
 
 from leap.errors import ModelError
+from leap.threads import release_free_memory, run_each
 
 #: Below this many rows, prediction runs on one thread.
 PARALLEL_ROWS = 2000
@@ -146,7 +148,10 @@ def _train(params: GBMParams, X: np.ndarray, y: np.ndarray, base: np.ndarray,
                         valid_sets=valid_sets, callbacks=callbacks)
     # A fitted booster keeps its Datasets (raw rows and bins) alive: drop them, or every
     # specialist holds a copy of its rows until the model is published.
-    return booster.free_dataset(), offset
+    booster.free_dataset()
+    del train_set, valid_sets
+    release_free_memory()  # boosters grow side by side: not two boosters' rows in free heap
+    return booster, offset
 
 
 def _raw_predict(booster: lgb.Booster, X: np.ndarray, scorer: Scorer | None = None
@@ -312,25 +317,32 @@ class CascadeModel(Fitted):
         lo_all = np.concatenate([[y.min()], edges])
         hi_all = np.concatenate([edges, [y.max()]])
         widths = hi_all - lo_all
-        self.specialists_: list[lgb.Booster] = []
-        self.offsets_: list[float] = []
         self.ranges_: list[tuple[float, float]] = []
         for j in range(k):
             lo = lo_all[j] - (self.overlap * widths[j - 1] if j > 0 else np.inf)
             hi = hi_all[j] + (self.overlap * widths[j + 1] if j < k - 1 else np.inf)
-            m = (y >= lo) & (y <= hi)
+            self.ranges_.append((float(lo), float(hi)))
+
+        def specialist(j: int, threads: int) -> tuple[lgb.Booster, float]:
+            lo, hi = self.ranges_[j]
             v = None
             if val is not None and len(val[1]) > 0:
                 vm = (val[1] >= lo) & (val[1] <= hi)
                 v = (val[0][vm], val[1][vm], val[2][vm])
-            mine = sample_rows(np.flatnonzero(m), self.params.max_train_rows,
-                               self.params.seed + j)
-            rows = idx[mine]
-            booster, offset = _train(self.params, X[rows], y[mine], base[rows], feature_names,
-                                     categorical, v, fitter)
-            self.specialists_.append(booster)
-            self.offsets_.append(offset)
-            self.ranges_.append((float(lo), float(hi)))
+            mine = sample_rows(np.flatnonzero((y >= lo) & (y <= hi)),
+                               self.params.max_train_rows, self.params.seed + j)
+            rows = idx[mine]  # each booster's rows copied out only while it grows
+            params = self.params if fitter is not None else replace(self.params,
+                                                                    num_threads=threads)
+            return _train(params, X[rows], y[mine], base[rows], feature_names, categorical, v,
+                          fitter)
+
+        # Grown side by side on this machine's threads (the same trees as one by one); a
+        # fitter elsewhere takes them one at a time.
+        fitted = run_each([partial(specialist, j) for j in range(k)],
+                          self.params.num_threads if fitter is None else 1)
+        self.specialists_ = [b for b, _ in fitted]
+        self.offsets_ = [o for _, o in fitted]
         self.feature_names_ = list(feature_names)
         self.fitted_ = True
         return self

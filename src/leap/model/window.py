@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from leap.catalog import Catalog
 from leap.data.store import Store
@@ -34,6 +35,7 @@ from leap.features.encode import (
 from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
 from leap.features.pairs import PAIR_DAYS, PairModel, PairParams, PairSchedule, refit_day
 from leap.features.transfer import TRANSFER_FEATURES
+from leap.threads import map_in_order, release_free_memory
 
 Progress = Callable[[str, int, int], None]
 
@@ -160,6 +162,8 @@ def load_attempts(source: Any, start: datetime, end: datetime) -> pd.DataFrame:
     :class:`~leap.data.export.ParquetAttempts`) in a stable order (time, then id: both read
     through :func:`leap.data.store.read_attempts`, which orders them)."""
     frame = source.attempts(start, end).to_pandas()
+    # The numbers were copied out into NumPy: hand the Arrow buffers they leave back.
+    pa.default_memory_pool().release_unused()
     if len(frame):
         frame["submitted_at"] = pd.to_datetime(frame["submitted_at"], utc=True)
     return frame
@@ -359,19 +363,18 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     # one masked copy of each (pages never written cost no memory), so no day is held twice.
     X = np.empty((2 * sum(len(a) for a in day_attempts.values()), len(FEATURE_NAMES)),
                  dtype=TRAIN_DTYPE)
-    filled = 0
-    ys: list[np.ndarray] = []
-    day_of: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
-    snap_s = enc_s = 0.0
-    for i, d in enumerate(days):
-        if progress:
-            progress("features", i + 1, len(days) + 1)
+
+    def encode_day(d: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray],
+                                    float, float]:
+        """Day ``d``'s log throughputs, rows and masked rows, and the seconds its snapshots
+        and its encoding took."""
         start = starts[d]
         rows = succeeded_attempts(day_attempts[d], catalog)
-        if len(rows) == 0:
-            continue
         y = np.log(rows["throughput"].to_numpy(dtype=np.float64))
+        if len(rows) == 0:
+            none = np.empty((0, len(FEATURE_NAMES)), dtype=TRAIN_DTYPE)
+            return y, none, (none, np.empty(0, dtype=np.int64)), 0.0, 0.0
+        snap_s = enc_s = 0.0
         key = (start.date().isoformat(), spec_key)
         hit = cache.blocks.get(key) if cache is not None else None
         if hit is None or len(hit) != len(rows):
@@ -396,12 +399,38 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
             snap_s += time.perf_counter() - t1
             if cache is not None:
                 cache.masked[mkey] = mhit
+        return y, hit, mhit, snap_s, enc_s
+
+    filled = 0
+    ys: list[np.ndarray] = []
+    day_of: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    snap_s = enc_s = 0.0
+    t0 = time.perf_counter()
+    # Days are encoded ``cfg.threads`` at a time (the same rows as one by one: a day reads
+    # only the builder, and each masks with its own seed), each copied into the matrix in
+    # day order as soon as it is ready.
+    encoded = map_in_order(encode_day, days, cfg.threads)
+    for i, (d, (y, hit, mhit, day_snap_s, day_enc_s)) in enumerate(zip(days, encoded,
+                                                                          strict=True)):
+        if progress:
+            progress("features", i + 1, len(days) + 1)
+        snap_s += day_snap_s
+        enc_s += day_enc_s
+        if len(y) == 0:
+            continue
         for block in (hit, mhit[0]):
             X[filled:filled + len(block)] = block
             filled += len(block)
         ys += [y, y[mhit[1]]]
-        day_of += [np.full(len(rows), d), np.full(len(mhit[1]), d)]
-        masks += [np.zeros(len(rows), dtype=bool), np.ones(len(mhit[1]), dtype=bool)]
+        day_of += [np.full(len(y), d), np.full(len(mhit[1]), d)]
+        masks += [np.zeros(len(y), dtype=bool), np.ones(len(mhit[1]), dtype=bool)]
+        release_free_memory()  # what the day's snapshots left in the threads' heaps
+    # Days side by side: their seconds, summed, are shared out over the loop's wall time.
+    busy = snap_s + enc_s
+    if busy > 0:
+        wall = time.perf_counter() - t0
+        snap_s, enc_s = wall * snap_s / busy, wall * enc_s / busy
     X = X[:filled]
     return DayBlocks(X=X, y=np.concatenate(ys) if ys else np.empty(0),
                      day=np.concatenate(day_of) if day_of else np.empty(0, dtype=np.int64),
@@ -487,6 +516,7 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
                          spec, progress, cache)
     held = held_out_day(attempts, builder, catalog, as_of, cfg, spec)
     builder.close()
+    release_free_memory()  # the builder's sorted rows, before the fit's peak
     if progress:
         progress("features", cfg.window_days + 1, cfg.window_days + 1)
     timings["snapshot_s"] = blocks.snapshot_s + held.snapshot_s + pair_s
