@@ -66,10 +66,12 @@ class TrainConfig:
     ``interval_coverage`` is the nominal coverage of the prediction intervals.
     ``pair_model`` carries a family's level to types it never ran on with the pair models
     (:mod:`leap.features.pairs`, refit weekly on the two weeks before); off, with the
-    transfer tables alone (the ablation). ``threads`` is the thread count of each LightGBM fit
-    in this process: fits are deterministic, so it changes the speed, never the model
-    (where several fits run at once, as in a backtest or on Dask workers, the caller lowers
-    it so they do not oversubscribe the cores).
+    transfer tables alone (the ablation). ``threads`` is the cores training uses in this
+    process: that many days encoded at once, and that many boosters grown side by side
+    (:mod:`leap.threads`). Fits are deterministic and each day is encoded alone, so it
+    changes the speed, never the model (where several trainings run at once, as in a
+    backtest or on Dask workers, the caller lowers it so they do not oversubscribe the
+    cores).
     """
 
     window_days: int = 30
