@@ -11,7 +11,6 @@ its thread count, so the models do not depend on how the fits were spread
 
 from __future__ import annotations
 
-import ctypes
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,12 +18,6 @@ from typing import TypeVar
 
 A = TypeVar("A")
 T = TypeVar("T")
-
-_MALLOC_TRIM: Callable[[int], int] | None
-try:  # glibc's; elsewhere there is nothing to trim
-    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
-except (OSError, AttributeError):
-    _MALLOC_TRIM = None
 
 
 def run_each(tasks: Sequence[Callable[[int], T]], threads: int) -> list[T]:
@@ -73,14 +66,3 @@ def map_in_order(fn: Callable[[A], T], items: Iterable[A], threads: int) -> Iter
     finally:  # also when the caller stops early or a task failed: nothing new starts
         pool.shutdown(wait=True, cancel_futures=True)
 
-
-def release_free_memory() -> None:
-    """Hand the C heap's free pages back to the operating system.
-
-    glibc keeps what a thread frees in that thread's own heap, and arrays a few MB large
-    come from those heaps once larger ones were freed: after a window's days were encoded
-    on two threads, a fleet four times the default held several hundred MB of free heap
-    through the fit. A no-op where the C library has no ``malloc_trim``.
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)

@@ -22,7 +22,8 @@ import lightgbm as lgb
 import numpy as np
 
 from leap.errors import ModelError
-from leap.threads import release_free_memory, run_each
+from leap.memory import release_free_memory
+from leap.threads import run_each
 
 #: Below this many rows, prediction runs on one thread.
 PARALLEL_ROWS = 2000

@@ -29,6 +29,7 @@ from leap.features.encode import (
     new_vendor,
 )
 from leap.features.history import LEVELS, Snapshot
+from leap.memory import release_free_memory
 from leap.model.artifact import Artifact, Registry, write_artifact
 from leap.model.cascade import CascadeModel, Fitter, GBMParams, GlobalModel
 from leap.model.intervals import IntervalCalibrator, coverage_by_group
@@ -367,6 +368,7 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
         load_s = time.perf_counter() - t0
         ts = build_training_set(attempts, catalog, as_of, cfg, progress)
         del attempts  # the fit needs only the encoded rows: free the raw ones first
+        release_free_memory()
         wm = fit_window(ts, catalog, as_of, cfg, progress)
         del ts
         timings = {"load_s": load_s, **wm.timings}

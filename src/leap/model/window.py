@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from leap.catalog import Catalog
 from leap.data.store import Store
@@ -35,7 +34,8 @@ from leap.features.encode import (
 from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
 from leap.features.pairs import PAIR_DAYS, PairModel, PairParams, PairSchedule, refit_day
 from leap.features.transfer import TRANSFER_FEATURES
-from leap.threads import map_in_order, release_free_memory
+from leap.memory import release_free_memory
+from leap.threads import map_in_order
 
 Progress = Callable[[str, int, int], None]
 
@@ -164,8 +164,7 @@ def load_attempts(source: Any, start: datetime, end: datetime) -> pd.DataFrame:
     :class:`~leap.data.export.ParquetAttempts`) in a stable order (time, then id: both read
     through :func:`leap.data.store.read_attempts`, which orders them)."""
     frame = source.attempts(start, end).to_pandas()
-    # The numbers were copied out into NumPy: hand the Arrow buffers they leave back.
-    pa.default_memory_pool().release_unused()
+    release_free_memory()  # the Arrow buffers of the columns copied out into NumPy
     if len(frame):
         frame["submitted_at"] = pd.to_datetime(frame["submitted_at"], utc=True)
     return frame
