@@ -319,8 +319,11 @@ class HistoryBuilder:
         self._labels: dict[str, np.ndarray] = {}
         codes: dict[str, np.ndarray] = {}
         for col in (*_STRING_KEYS, "trainer_count"):
-            c, labels = pd.factorize(history[col].to_numpy()[order], sort=True)
-            codes[col] = c.astype(np.int32)
+            # Numbered in the frame's own strings, then put in time order: the same codes and
+            # labels as numbering Python strings in time order, ten times faster on Arrow
+            # strings (4x fleet: 0.1 s a column instead of 1-1.8 s).
+            c, labels = pd.factorize(history[col], sort=True)
+            codes[col] = c[order].astype(np.int32)
             self._labels[col] = np.asarray(labels, dtype=object if col != "trainer_count"
                                            else np.int64)
         y = history["y"].to_numpy(dtype=np.float64)[order]
