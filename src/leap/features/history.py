@@ -137,7 +137,8 @@ def prepare_history(attempts: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
 
 
 def _prepare_rows(ok: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    phys = estimates(ok, catalog)["log_phys_sps"]
+    cols = Columns.from_frame(ok)  # once, for the physics and the shape keys
+    phys = estimates(cols, catalog)["log_phys_sps"]
     y = np.log(ok["throughput"].to_numpy(dtype=np.float64))
     vendor_of = {n: catalog[n].vendor for n in catalog}
     return pd.DataFrame({
@@ -148,7 +149,7 @@ def _prepare_rows(ok: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         "hardware": ok["hardware"].astype(str),
         "vendor": ok["hardware"].map(vendor_of).astype(str),
         "trainer_count": ok["trainer_count"].astype(np.int64),
-        "shape": shape_keys(Columns.from_frame(ok)),
+        "shape": shape_keys(cols),
         "submitted_at": ok["submitted_at"],
         "y": y,
         # Without a physics estimate (no FLOPs or parameter counts) the residual is the log
