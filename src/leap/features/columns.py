@@ -223,6 +223,18 @@ def _values(col: pd.Series) -> np.ndarray:
     return col.to_numpy()
 
 
+def positions(index: pd.Index, values: np.ndarray | Sequence[str]) -> np.ndarray:
+    """The position of each of ``values`` (texts) in ``index``, -1 where absent. The texts
+    stay Python strings: handed over as an array, pandas first turns them into its Arrow
+    strings, which made a lookup 2-3 times as long (a 4x fleet's day spent 0.1 s a day on
+    it).
+
+    >>> positions(pd.Index(["a", "b"], dtype=object), np.array(["b", "c"], dtype=object))
+    array([ 1, -1])
+    """
+    return index.get_indexer(pd.Index(values, dtype=object))
+
+
 def key_column(values: pd.Series) -> np.ndarray:
     """A column of key texts with no missing values as an object array (an object column's
     values are texts already: pandas' own string columns cost a conversion each call).

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from leap.catalog import Catalog
 from leap.data.usage import usable_attempts
 from leap.errors import ArtifactError
-from leap.features.columns import SMALL, Columns, key_column, key_texts
+from leap.features.columns import SMALL, Columns, key_column, key_texts, positions
 from leap.features.groupstats import Selection, SortedGroups
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
@@ -201,7 +201,7 @@ class Snapshot:
             pos = np.array([table.get(t, -1) for t in zip(*parts, strict=True)],
                            dtype=np.int64)
         else:
-            pos = idx.get_indexer(key_strings(parts))
+            pos = positions(idx, key_strings(parts))
         return values[pos]  # -1, no history: the last row, NaN
 
     def _small_table(self, name: str) -> dict[tuple[str, ...], int]:

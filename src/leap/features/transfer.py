@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import SMALL, Columns, factorize, key_column
+from leap.features.columns import SMALL, Columns, factorize, key_column, positions
 from leap.features.pair_rows import JOB_FEATURE_COLUMNS, log_shape, shape_of
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
@@ -108,8 +108,8 @@ class TransferIndex:
         self.level = np.full((len(fams), n_hw), np.nan)
         self.level_y = np.full((len(fams), n_hw), np.nan)
         if len(fam_hw):
-            fi = fams.get_indexer(fam_ids)
-            hi = hw_index.get_indexer(fam_types)
+            fi = positions(fams, fam_ids)
+            hi = positions(hw_index, fam_types)
             self.level[fi, hi] = fam_hw["fam_hw_med_r"].to_numpy(dtype=np.float64)
             self.level_y[fi, hi] = fam_hw["fam_hw_med_y"].to_numpy(dtype=np.float64)
         # Gain slope per level key: of the physics estimate's gain from one type to another,
@@ -130,7 +130,7 @@ class TransferIndex:
             sxx = np.zeros(max(len(keys), 1))
             slope = np.ones(max(len(keys), 1))
             if sel.any():
-                ai, bi = hw_index.get_indexer(hw_a[sel]), hw_index.get_indexer(hw_b[sel])
+                ai, bi = positions(hw_index, hw_a[sel]), positions(hw_index, hw_b[sel])
                 t = transfer[sel]
                 d[ki, ai, bi] = t["d_med"].to_numpy(dtype=np.float64)
                 n[ki, ai, bi] = t["n"].to_numpy(dtype=np.float64)
@@ -155,8 +155,8 @@ class TransferIndex:
         throughput (NaN in a snapshot saved without it)."""
         if table is None or table.empty:
             return {"key": np.empty(0, np.int64)}
-        fi = fams.get_indexer(key_column(table["family_id"]))
-        hi = hw_index.get_indexer(key_column(table["hardware"]))
+        fi = positions(fams, key_column(table["family_id"]))
+        hi = positions(hw_index, key_column(table["hardware"]))
         text = key_column(table["shape"])
         keep = (fi >= 0) & (hi >= 0)
         key = fi[keep] * n_hw + hi[keep]
@@ -186,7 +186,7 @@ class TransferIndex:
             self.warm()
             assert self._fam_small is not None
             return np.array([self._fam_small.get(f, -1) for f in family], dtype=np.int64)
-        return self.families.get_indexer(family)
+        return positions(self.families, family)
 
     def _view(self, catalog: Catalog) -> _CatalogView:
         """The specs and vendors of ``catalog`` this index reads, built once per catalog."""
@@ -264,7 +264,7 @@ class TransferIndex:
         fam = self._family_pos(keys["family_id"])
         virtual = len(self.hardware)
         tgt = np.array([self.hw_pos.get(h, virtual) for h in hardware], dtype=np.int64) \
-            if n <= SMALL else pd.Index(self.hardware).get_indexer(hardware)
+            if n <= SMALL else positions(pd.Index(self.hardware, dtype=object), hardware)
         tgt = np.where(tgt < 0, virtual, tgt)
         rows = np.flatnonzero(fam >= 0)
         if len(rows) == 0:
