@@ -47,7 +47,7 @@ def run_each(tasks: Sequence[Callable[[int], T]], threads: int) -> list[T]:
 def map_in_order(fn: Callable[[A], T], items: Iterable[A], threads: int) -> Iterator[T]:
     """``fn`` of each of ``items``, yielded in order; with ``threads`` >= 2, that many are
     computed at once, and an item starts only once the result ``threads`` places before
-    it was taken (so at most ``threads`` results are held at a time).
+    it was taken (so at most ``threads`` results wait, besides the one the caller holds).
 
     >>> list(map_in_order(lambda x: x * x, range(5), 2))
     [0, 1, 4, 9, 16]
