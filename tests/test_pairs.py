@@ -18,6 +18,7 @@ from leap.features.pair_rows import (
     FOLDS,
     PAIR_FEATURES,
     family_fold,
+    nearest_in_runs,
     pair_matrix,
     pair_training_rows,
     shape_training_rows,
@@ -170,6 +171,44 @@ def test_shape_rows_pair_two_shapes_of_one_family_on_one_type(attempts: pd.DataF
     # fam-0000 runs batch 16 and 64; on H100 the hidden effect moves from -0.2 to +0.6.
     assert a_shape[one].tolist() == [[1.0, 8.0, 16.0]]
     assert tw[one, 0] == pytest.approx([0.8 - _shape_gap("H100-SXM", 16, 64)], abs=0.06)
+
+
+def test_shape_rows_pair_each_shape_with_its_nearest_shapes_on_the_type() -> None:
+    """Five batch sizes of one family on one type: with ``nearest=2`` each shape meets the two
+    nearest it ran there (by log distance), not every other one; another type's shapes and
+    another family's never."""
+    rows = [{"family_id": fam, "model_category": "vision", "precision": "bf16",
+             "trainer_count": 1, "devices_per_trainer": 8, "batch_size": batch,
+             "num_params": 1e8, "flops_per_sample": 5e11, "hardware": hw,
+             "throughput": 100.0 * batch}
+            for fam, hw, batches in (("f", "H100-SXM", (8, 16, 32, 64, 512)),
+                                     ("f", "L4", (4096,)), ("g", "H100-SXM", (24,)))
+            for batch in batches]
+    jobs, a_shape, tw = shape_training_rows(pd.DataFrame(rows), CAT, nearest=2)
+    pairs = sorted(zip(jobs["batch_size"].astype(int).tolist(),
+                       a_shape[:, 2].astype(int).tolist(), strict=True))
+    assert pairs == [(8, 16), (8, 32), (16, 8), (16, 32), (32, 16), (32, 64),
+                     (64, 16), (64, 32), (512, 32), (512, 64)]
+    assert set(jobs["family_id"]) == {"f"} and set(jobs["hardware"]) == {"H100-SXM"}
+    assert np.isfinite(tw).all()
+
+
+def test_nearest_in_runs_is_the_same_in_blocks_of_any_size() -> None:
+    rng = np.random.default_rng(3)
+    run = np.sort(rng.integers(0, 40, 400))
+    points = rng.normal(size=(400, 3))
+    whole = nearest_in_runs(run, points, 3)
+    for block in (1, 50, 999):
+        for got, want in zip(nearest_in_runs(run, points, 3, max_block=block), whole,
+                             strict=True):
+            np.testing.assert_array_equal(got, want)
+    b, a = whole
+    assert (run[a] == run[b]).all() and (a != b).all()
+    # Each row's partners are the nearest of its run (brute force).
+    for i in (0, 123, 399):
+        others = np.flatnonzero((run == run[i]) & (np.arange(400) != i))
+        dist = np.abs(points[others] - points[i]).sum(axis=1)
+        assert sorted(a[b == i].tolist()) == sorted(others[np.argsort(dist)[:3]].tolist())
 
 
 def test_shape_boosters_learn_a_ratio_that_depends_on_the_type(model: PairModel) -> None:

@@ -14,6 +14,7 @@ from conftest import SMALL_AS_OF
 from leap.catalog import Catalog
 from leap.config import Workspace
 from leap.data.store import Store
+from leap.features import transfer
 from leap.features.columns import Columns
 from leap.features.encode import (
     FEATURE_NAMES,
@@ -158,7 +159,9 @@ class _ShapeStep(_NoRatio):
         return np.where(on.obj("hardware") == "L4", -0.5, 0.5)
 
 
-def test_shape_estimate_reads_the_nearest_shapes_the_family_ran_on_the_type() -> None:
+def test_shape_estimate_reads_the_nearest_shapes_the_family_ran_on_the_type(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "SHAPE_NEAREST", 3)  # of the family's four H100 shapes
     shapes = pd.DataFrame(
         [("f", "H100-SXM", "1/8/16", 0.1), ("f", "H100-SXM", "1/8/32", 0.2),
          ("f", "H100-SXM", "1/8/64", 0.4), ("f", "H100-SXM", "8/8/64", 1.0),

@@ -26,9 +26,10 @@ from leap.data.usage import usable_attempts
 from leap.errors import ArtifactError
 from leap.features.columns import SMALL, Columns, key_column, key_texts, positions
 from leap.features.groupstats import Selection, SortedGroups
+from leap.features.pair_rows import ordered_pairs
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
-from leap.features.transfer import TransferIndex, ordered_pairs
+from leap.features.transfer import TransferIndex
 
 KEY_SEP = "\x1f"
 #: Days that count as "recent" for the ``*_last_*`` statistics.

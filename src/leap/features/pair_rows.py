@@ -62,7 +62,21 @@ SHAPE_FEATURES: tuple[str, ...] = (
     "tensor_parallel", "pipeline_parallel", "num_layers", *SHAPE_CATEGORICAL)
 #: Configurations paired per fit at most (a seeded sample beyond it keeps the fit short).
 MAX_PAIRS = 200_000
-
+#: Shapes a family ran on the target type, nearest to the job's own first, that serving
+#: carries its level from (``xfer_s_r``, :meth:`leap.features.transfer.TransferIndex.features`).
+#: On the harder fleet's held-out day (``leap simulate --scenario novel``, seed 1; the shape
+#: boosters trained on each shape's nearest this many plus one) their median landed within
+#: +-20% of the simulator's truth for 81.6 / 84.3 / 86.8 / 87.1 / 87.0 / 85.9% of the day's
+#: 15,205 attempts on new shapes with 1 / 2 / 3 / 5 / 8 / 12 shapes; on seed 2's fleet
+#: (15,288) 88.2 / 88.9 / 88.2% with 3 / 5 / 8.
+SHAPE_NEAREST = 5
+#: The other shapes of a family on a type that each of its shapes is paired with for the
+#: shape boosters, nearest first: those serving reads and one more. Pairing every two shapes
+#: instead (sampled: 24 million pairs in the harder fleet's two weeks) put the boosters'
+#: estimate within +-20% of the truth for 80.3% of those 15,205 attempts, against 86.8% with
+#: the nearest 3 + 1 (and 300 rounds of 127 leaves, see
+#: :class:`leap.features.pairs.PairParams`).
+SHAPE_PAIR_NEAREST = SHAPE_NEAREST + 1
 
 def family_fold(family_id: np.ndarray) -> np.ndarray:
     """Cross-fitting half (0 or 1) of each family id: a hash, stable across runs and machines
@@ -190,15 +204,23 @@ def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
 
 
 def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
-                        max_pairs: int = MAX_PAIRS, seed: int = 0
-                        ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """``(jobs, shape A, r(B) - r(A) and weight)`` of every two shapes one family ran on one
-    type (one row per ordered pair; ``jobs`` are shape B's columns, with ``hardware``).
+                        max_pairs: int = MAX_PAIRS, nearest: int = SHAPE_PAIR_NEAREST,
+                        seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """``(jobs, shape A, r(B) - r(A) and weight)`` of each shape B one family ran on one type
+    with each of the ``nearest`` other shapes A it ran there nearest to B (one row per
+    ordered pair; ``jobs`` are shape B's columns, with ``hardware``).
+
+    Serving carries a family's level on a type from the few shapes it ran there nearest to
+    the job's own (:data:`SHAPE_NEAREST`), so the boosters learn those
+    moves, not every pair: a family retuned often runs dozens of shapes on a type, and their
+    every pair (24 million on the harder fleet's two weeks, where a seeded sample of 200,000
+    was 0.8% of them) is mostly moves serving never makes. Distance is that of serving: the
+    sum of absolute log differences of (trainers, devices per trainer, batch).
 
     ``attempts`` are succeeded attempts with a positive ``throughput``. Each (family, type,
     shape) group is its median log throughput over its physics estimate (the other job
     columns: the group's first row); weights are the square root of the smaller group's
-    attempt count.
+    attempt count. Beyond ``max_pairs`` rows, a seeded sample.
     """
     ok = attempts[attempts["hardware"].isin(list(catalog))]
     cols = [c for c in JOB_FEATURE_COLUMNS if c in ok.columns and c not in SHAPE_COLUMNS]
@@ -211,21 +233,74 @@ def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
     others = {c: (c, "first") for c in cols if c not in keys}
     groups = frame.groupby(keys, sort=True).agg(y=("y", "median"), n=("y", "size"),
                                                 **others).reset_index()
-    groups["r"] = groups["y"] - _phys_r(Columns.from_frame(groups), catalog)["log_phys_sps"]
-    pairs = groups.merge(groups[[*keys, "r", "n"]], on=["family_id", "hardware"],
-                         suffixes=("", "_a"))
-    differ = np.zeros(len(pairs), dtype=bool)
-    for c in SHAPE_COLUMNS:
-        differ |= (pairs[c] != pairs[f"{c}_a"]).to_numpy()
-    pairs = pairs[differ].reset_index(drop=True)
-    if len(pairs) > max_pairs:
-        keep = np.sort(np.random.default_rng(seed).choice(len(pairs), max_pairs, replace=False))
-        pairs = pairs.iloc[keep].reset_index(drop=True)
-    jobs = pairs[[*cols, *SHAPE_COLUMNS, "hardware"]]
-    a_shape = pairs[[f"{c}_a" for c in SHAPE_COLUMNS]].to_numpy(dtype=np.float64)
-    target = (pairs["r"] - pairs["r_a"]).to_numpy()
-    weight = np.sqrt(np.minimum(pairs["n"], pairs["n_a"]).to_numpy(dtype=np.float64))
-    return jobs, a_shape, np.column_stack([target, weight])
+    r = (groups["y"] - _phys_r(Columns.from_frame(groups), catalog)["log_phys_sps"]).to_numpy()
+    shape = groups[list(SHAPE_COLUMNS)].to_numpy(dtype=np.float64)
+    # Sorted by keys: each (family, type)'s shapes are one run of rows.
+    run = np.cumsum(np.r_[True, (groups["family_id"].to_numpy()[1:]
+                                 != groups["family_id"].to_numpy()[:-1])
+                          | (groups["hardware"].to_numpy()[1:]
+                             != groups["hardware"].to_numpy()[:-1])]) - 1
+    b, a = nearest_in_runs(run, log_shape(shape), nearest)
+    if len(b) > max_pairs:
+        keep = np.sort(np.random.default_rng(seed).choice(len(b), max_pairs, replace=False))
+        b, a = b[keep], a[keep]
+    jobs = groups.iloc[b][[*cols, *SHAPE_COLUMNS, "hardware"]].reset_index(drop=True)
+    n = groups["n"].to_numpy(dtype=np.float64)
+    weight = np.sqrt(np.minimum(n[b], n[a]))
+    return jobs, shape[a], np.column_stack([r[b] - r[a], weight])
+
+
+def nearest_in_runs(run: np.ndarray, points: np.ndarray, k: int,
+                    max_block: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
+    """``(b, a)``: each row ``b`` with the ``k`` other rows ``a`` of its run (equal values of
+    the sorted ``run``) nearest to it by L1 distance of ``points`` (ties: the earlier row),
+    grouped by ``b``. Runs are paired a block at a time, about ``max_block`` pairs each (a
+    run of ``m`` rows has ``m (m - 1)``).
+
+    >>> b, a = nearest_in_runs(np.array([0, 0, 0, 1]), np.array([[0.], [1.], [3.], [0.]]), 1)
+    >>> list(zip(b.tolist(), a.tolist()))
+    [(0, 1), (1, 0), (2, 1)]
+    """
+    first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
+    size = np.diff(np.r_[first, len(run)])
+    cost = np.cumsum(size * (size - 1))
+    out_b, out_a = [], []
+    start = 0
+    while start < len(first):
+        # Whole runs up to about max_block pairs (at least one run).
+        stop = max(int(np.searchsorted(cost, cost[start] - size[start] * (size[start] - 1)
+                                       + max_block, side="right")), start + 1)
+        lo = first[start]
+        hi = first[stop] if stop < len(first) else len(run)
+        a, b = ordered_pairs(run[lo:hi])
+        a, b = a + lo, b + lo
+        dist = np.abs(points[a] - points[b]).sum(axis=1)
+        order = np.lexsort((a, dist, b))
+        b, a = b[order], a[order]
+        rank = np.arange(len(b)) - np.searchsorted(b, b, side="left")
+        out_b.append(b[rank < k])
+        out_a.append(a[rank < k])
+        start = stop
+    if not out_b:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(out_b), np.concatenate(out_a)
+
+
+def ordered_pairs(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair ``(a, b)``, ``a != b``, of positions in one run of equal values of
+    the sorted ``group``: row ``a`` meets each other row of its run.
+
+    >>> a, b = ordered_pairs(np.array([0, 0, 1, 2, 2, 2]))
+    >>> list(zip(a.tolist(), b.tolist()))[:4]
+    [(0, 1), (1, 0), (3, 4), (3, 5)]
+    """
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    size = np.diff(np.r_[first, len(group)])
+    partners = np.repeat(size, size)
+    a = np.repeat(np.arange(len(group)), partners)
+    offset = np.arange(len(a)) - np.repeat(np.cumsum(partners) - partners, partners)
+    b = np.repeat(np.repeat(first, size), partners) + offset
+    return a[a != b], b[a != b]
 
 
 def pair_training_rows(attempts: pd.DataFrame, catalog: Catalog, *, max_pairs: int = MAX_PAIRS,

@@ -85,9 +85,14 @@ class PairParams:
     physics ratio needs few, shallow-ish trees; see the closing notes of issue 10)."""
 
     rounds: int = 200
-    #: The shape boosters' rounds: on the default fleet's held-out day 100 rounds carried new
-    #: shapes within 0.2 points of 200 (72.4% vs 72.6%) at half the fitting time.
-    shape_rounds: int = 100
+    #: The shape boosters' rounds and leaves. Trained on each shape's nearest few others
+    #: (:data:`~leap.features.pair_rows.SHAPE_PAIR_NEAREST`), 100 rounds of 63 leaves
+    #: underfit: their estimate on new shapes landed within +-20% of the simulator's truth
+    #: for 82.2% (default fleet, 898 held-out attempts) and 82.5% (the harder fleet, 15,205)
+    #: of the rows, 300 rounds of 127 leaves 85.0% and 87.1% (more rounds: 85.0% at 600
+    #: and 87.5% at 500; 255 leaves: 86.2% on the default fleet, 898 rows).
+    shape_rounds: int = 300
+    shape_num_leaves: int = 127
     num_leaves: int = 63
     learning_rate: float = 0.1
     min_data_in_leaf: int = 20
@@ -159,7 +164,8 @@ class PairModel:
         s_jobs, a_shape, s_tw = shape_training_rows(attempts, catalog, seed=p.seed)
         shapes = _fit_halves(shape_matrix(Columns.from_frame(s_jobs), a_shape, catalog, vocab),
                              s_tw, s_jobs["family_id"].to_numpy(), SHAPE_FEATURES,
-                             SHAPE_CATEGORICAL, p, p.shape_rounds)
+                             SHAPE_CATEGORICAL, replace(p, num_leaves=p.shape_num_leaves),
+                             p.shape_rounds)
         return cls(boosters, vocab, shapes)
 
     def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray,

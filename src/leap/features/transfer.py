@@ -36,7 +36,13 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.features.columns import SMALL, Columns, factorize, key_column, positions
-from leap.features.pair_rows import JOB_FEATURE_COLUMNS, log_shape, shape_of
+from leap.features.pair_rows import (
+    JOB_FEATURE_COLUMNS,
+    SHAPE_NEAREST,
+    log_shape,
+    ordered_pairs,
+    shape_of,
+)
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
 
@@ -67,9 +73,6 @@ BLEND_FAMILIES = 5.0
 #: a few hundred pair rows at most. Types of the target's own vendor come first (see
 #: :meth:`TransferIndex.features`).
 PAIR_NEAREST = 4
-#: Shapes the family ran on the target type, nearest to the job's own first, that
-#: ``xfer_s_r`` carries from.
-SHAPE_NEAREST = 3
 
 
 class _CatalogView(NamedTuple):
@@ -502,23 +505,6 @@ def _scale(shape: np.ndarray) -> np.ndarray:
     """
     s = np.where(np.asarray(shape, dtype=np.float64) > 0, shape, np.nan)
     return np.column_stack([s[:, 0] * s[:, 1], s[:, 0] * s[:, 2]])
-
-
-def ordered_pairs(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every ordered pair ``(a, b)``, ``a != b``, of positions in one run of equal values of
-    the sorted ``group``: row ``a`` meets each other row of its run.
-
-    >>> a, b = ordered_pairs(np.array([0, 0, 1, 2, 2, 2]))
-    >>> list(zip(a.tolist(), b.tolist()))[:4]
-    [(0, 1), (1, 0), (3, 4), (3, 5)]
-    """
-    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    size = np.diff(np.r_[first, len(group)])
-    partners = np.repeat(size, size)
-    a = np.repeat(np.arange(len(group)), partners)
-    offset = np.arange(len(a)) - np.repeat(np.cumsum(partners) - partners, partners)
-    b = np.repeat(np.repeat(first, size), partners) + offset
-    return a[a != b], b[a != b]
 
 
 def _shapes_of(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
