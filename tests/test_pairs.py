@@ -12,7 +12,7 @@ import pytest
 from leap.catalog import Catalog
 from leap.errors import ArtifactError
 from leap.features.columns import Columns
-from leap.features.encode import FEATURE_NAMES, FeatureSpec, encode
+from leap.features.encode import FEATURE_NAMES, SHAPE_BLEND_ATTEMPTS, FeatureSpec, encode
 from leap.features.history import HistoryBuilder, Snapshot, prepare_history
 from leap.features.pair_rows import (
     FOLDS,
@@ -289,10 +289,15 @@ def test_pair_model_round_trips_through_a_snapshot(tmp_path: Path, attempts: pd.
     X = encode(jobs, snap, CAT, spec)
     np.testing.assert_array_equal(X, encode(jobs, back, CAT, spec))
     shape_r = X[:, FEATURE_NAMES.index("xfer_s_r")]
-    assert np.isnan(shape_r[:6]).all() and np.isfinite(shape_r[6:]).all()
-    # A new shape's base margin starts from the shape estimate.
+    assert np.isfinite(shape_r).all()  # each family ran another shape on each type
+    # A new shape's base margin starts from the shape estimate; a seen configuration's from
+    # its own median, weighed against the shape estimate as SHAPE_BLEND_ATTEMPTS attempts.
     hist = X[:, FEATURE_NAMES.index("hist_est")] - X[:, FEATURE_NAMES.index("log_phys_sps")]
     np.testing.assert_allclose(hist[6:], shape_r[6:])
+    own, n = (X[:6, FEATURE_NAMES.index(c)] for c in ("fam_hw_shape_med_r", "fam_hw_shape_n"))
+    assert (n >= 1).all()
+    np.testing.assert_allclose(hist[:6], (n * own + SHAPE_BLEND_ATTEMPTS * shape_r[:6])
+                               / (n + SHAPE_BLEND_ATTEMPTS))
     (tmp_path / "snap" / "pairs_1.txt").write_text("not a model")
     with pytest.raises(ArtifactError, match="pair model"):
         Snapshot.load(tmp_path / "snap")

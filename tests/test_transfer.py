@@ -179,10 +179,11 @@ def test_shape_estimate_reads_the_nearest_shapes_the_family_ran_on_the_type(
                                             "batch_size": batch}))
     out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(6, 3.0), jobs)
     # Batch 128 on H100: the three nearest shapes (64, 32, 16; not 8 trainers), median 0.2,
-    # moved by 0.5. Batch 16 there is a shape it ran: no estimate. On L4 its one shape, moved
-    # by -0.5; on T4, where it never ran, none. The same job on L4 and on H100 is moved on
-    # each row's own type.
-    np.testing.assert_allclose(out["xfer_s_r"], [0.7, np.nan, 4.5, np.nan, 4.5, 0.7])
+    # moved by 0.5. Batch 16 there is a shape it ran: the three nearest others (32, 64 and
+    # 8 trainers of 64), never its own, median 0.4. On L4 its one shape, moved by -0.5; on
+    # T4, where it never ran, none. The same job on L4 and on H100 is moved on each row's
+    # own type.
+    np.testing.assert_allclose(out["xfer_s_r"], [0.7, 0.9, 4.5, np.nan, 4.5, 0.7])
     for i in range(6):  # a row's estimate does not depend on the rows beside it
         one = idx.features({k: v[i:i + 1] for k, v in keys.items()},
                            np.array(hw[i:i + 1], dtype=object), CAT, np.full(1, 3.0),

@@ -26,7 +26,7 @@ from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
 
-FEATURE_VERSION = 10
+FEATURE_VERSION = 11
 
 #: Rows :func:`encode` computes at a time (the result is the same for any block size).
 ENCODE_CHUNK_ROWS = 32_768
@@ -55,6 +55,14 @@ HARDWARE_SPEC_FEATURES: tuple[str, ...] = _HW
 # has one, else by the transfer tables.
 _RESIDUAL_PRIORITY = ("fam_hw_shape", "xfer_s", "fam_hw_tc", "fam_hw", "xfer", "fam_shape",
                       "fam_vendor", "fam", "mt_hw", "mt")
+#: How many attempts of a configuration's own the family's other shapes on the type, carried
+#: to it (``xfer_s_r``), count as in its ``hist_est``. A configuration run once or twice has
+#: a noisy median: on the harder fleet's held-out day (``leap simulate --scenario novel``,
+#: 2,730 attempts of configurations seen before, scored against the simulator's truth) the
+#: blend was within +-20% for 90.7 / 90.9 / 91.0 / 90.8 / 90.2% of them at 0.5 / 1 / 2 / 4 /
+#: 8 attempts' worth, the configuration's median alone 89.1% and the shapes carried alone
+#: 87.8%.
+SHAPE_BLEND_ATTEMPTS = 2.0
 #: Novelty groups of a (job, type) row, judged on the history before it (spec.md 5b).
 NOVELTY_GROUPS: tuple[str, ...] = ("seen_config", "seen_pair_new_shape", "unobserved_pair_1",
                                    "unobserved_pair_2", "unobserved_pair_3plus", "new_family")
@@ -255,6 +263,12 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
         take = np.isnan(best) & np.isfinite(r)
         best[take] = r[take]
         level_used[take] = rank
+    # The configuration's own median, from its n attempts, weighed against the family's
+    # nearest other shapes there carried to it, as SHAPE_BLEND_ATTEMPTS attempts' worth.
+    own, n_own = cols["fam_hw_shape_med_r"], cols["fam_hw_shape_n"]
+    both = np.isfinite(own) & np.isfinite(carried["xfer_s"])
+    best[both] = (n_own[both] * own[both] + SHAPE_BLEND_ATTEMPTS * carried["xfer_s"][both]) \
+        / (n_own[both] + SHAPE_BLEND_ATTEMPTS)
     cols["xfer_est"] = phys0 + cols["xfer_r"]
     cols["xfer_g_est"] = phys0 + cols["xfer_g_r"]
     cols["xfer_p_est"] = phys0 + cols["xfer_p_r"]

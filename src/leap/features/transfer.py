@@ -406,16 +406,16 @@ class TransferIndex:
     def _shape_features(self, pairs: PairModel, out: dict[str, np.ndarray], rows: np.ndarray,
                         group: np.ndarray, shape: np.ndarray, jobs: Columns,
                         catalog: Catalog) -> None:
-        """``xfer_s_r``: for a row whose family ran on its type but never in its shape, the
-        family's residual in each of the :data:`SHAPE_NEAREST` shapes nearest to its own
-        that it ran there, carried to its shape by the shape boosters; their median."""
+        """``xfer_s_r``: for a row whose family ran on its type, the family's residual in
+        each of the :data:`SHAPE_NEAREST` shapes nearest to its own that it ran there (never
+        its own shape), carried to its shape by the shape boosters; their median. Where the
+        family ran the row's own shape there too, :func:`leap.features.encode.encode` blends
+        the two (a shape run once or twice is a noisy median)."""
         table = self._shapes
         if len(table["key"]) == 0:
             return
         r, cand = _shapes_of(table["key"], group)
-        own = table["text"][cand] == shape[rows][r]
-        ran_it = np.bincount(r[own], minlength=len(rows)) > 0  # a seen configuration
-        keep = ~own & ~ran_it[r]
+        keep = table["text"][cand] != shape[rows][r]
         r, cand = r[keep], cand[keep]
         if len(r) == 0:
             return
