@@ -78,6 +78,7 @@ SHAPE_NEAREST = 5
 #: :class:`leap.features.pairs.PairParams`).
 SHAPE_PAIR_NEAREST = SHAPE_NEAREST + 1
 
+
 def family_fold(family_id: np.ndarray) -> np.ndarray:
     """Cross-fitting half (0 or 1) of each family id: a hash, stable across runs and machines
     (hashed once per distinct id: a block of rows repeats a few thousand families)."""
@@ -236,10 +237,7 @@ def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
     r = (groups["y"] - _phys_r(Columns.from_frame(groups), catalog)["log_phys_sps"]).to_numpy()
     shape = groups[list(SHAPE_COLUMNS)].to_numpy(dtype=np.float64)
     # Sorted by keys: each (family, type)'s shapes are one run of rows.
-    run = np.cumsum(np.r_[True, (groups["family_id"].to_numpy()[1:]
-                                 != groups["family_id"].to_numpy()[:-1])
-                          | (groups["hardware"].to_numpy()[1:]
-                             != groups["hardware"].to_numpy()[:-1])]) - 1
+    run = groups.groupby(["family_id", "hardware"], sort=True).ngroup().to_numpy()
     b, a = nearest_in_runs(run, log_shape(shape), nearest)
     if len(b) > max_pairs:
         keep = np.sort(np.random.default_rng(seed).choice(len(b), max_pairs, replace=False))
@@ -268,8 +266,8 @@ def nearest_in_runs(run: np.ndarray, points: np.ndarray, k: int,
     start = 0
     while start < len(first):
         # Whole runs up to about max_block pairs (at least one run).
-        stop = max(int(np.searchsorted(cost, cost[start] - size[start] * (size[start] - 1)
-                                       + max_block, side="right")), start + 1)
+        done = cost[start - 1] if start else 0
+        stop = max(int(np.searchsorted(cost, done + max_block, side="right")), start + 1)
         lo = first[start]
         hi = first[stop] if stop < len(first) else len(run)
         a, b = ordered_pairs(run[lo:hi])

@@ -89,8 +89,9 @@ class PairParams:
     #: (:data:`~leap.features.pair_rows.SHAPE_PAIR_NEAREST`), 100 rounds of 63 leaves
     #: underfit: their estimate on new shapes landed within +-20% of the simulator's truth
     #: for 82.2% (default fleet, 898 held-out attempts) and 82.5% (the harder fleet, 15,205)
-    #: of the rows, 300 rounds of 127 leaves 85.0% and 87.1% (more rounds: 85.0% at 600
-    #: and 87.5% at 500; 255 leaves: 86.2% on the default fleet, 898 rows).
+    #: of the rows, 300 rounds of 127 leaves 85.0% and 87.1% (600 rounds: 85.0% on the
+    #: default fleet; 500 rounds: 87.5% on the harder fleet; 255 leaves: 86.2% on the
+    #: default fleet).
     shape_rounds: int = 300
     shape_num_leaves: int = 127
     num_leaves: int = 63
