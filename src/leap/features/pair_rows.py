@@ -71,11 +71,11 @@ MAX_PAIRS = 200_000
 #: (15,288) 88.2 / 88.9 / 88.2% with 3 / 5 / 8.
 SHAPE_NEAREST = 5
 #: The other shapes of a family on a type that each of its shapes is paired with for the
-#: shape boosters, nearest first: those serving reads and one more. Pairing every two shapes
-#: instead (sampled: 24 million pairs in the harder fleet's two weeks) put the boosters'
-#: estimate within +-20% of the truth for 80.3% of those 15,205 attempts, against 86.8% with
-#: the nearest 3 + 1 (and 300 rounds of 127 leaves, see
-#: :class:`leap.features.pairs.PairParams`).
+#: shape boosters, nearest first: those serving reads and one more. With the same 300 rounds
+#: of 127 leaves (:class:`leap.features.pairs.PairParams`), pairing every two shapes instead
+#: (sampled: 24 million pairs in the harder fleet's two weeks) put the boosters' estimate
+#: within +-20% of the truth for 83.9% of those 15,205 attempts, against 86.8% with the
+#: nearest 3 + 1 (80.3% with every pair and the earlier 100 rounds of 63 leaves).
 SHAPE_PAIR_NEAREST = SHAPE_NEAREST + 1
 
 
