@@ -214,6 +214,31 @@ def test_a_type_is_carried_from_the_jobs_own_shape_where_the_family_ran_it() -> 
             np.testing.assert_allclose(out["xfer_p_r"], [0.9, -0.1, 0.4])
 
 
+def test_the_pair_estimate_reads_a_type_at_the_jobs_shape_by_the_shape_boosters() -> None:
+    # f ran batch 16 (residual 0.9) and 64 (-0.1) on A100 and batch 32 (0.2) on L4.
+    shapes = pd.DataFrame([("f", "A100-SXM4-80GB", "1/1/16", 0.9),
+                           ("f", "A100-SXM4-80GB", "1/1/64", -0.1), ("f", "L4", "1/1/32", 0.2)],
+                          columns=["family_id", "hardware", "shape", "fam_hw_shape_med_r"])
+    fam_hw = pd.DataFrame({"family_id": "f", "hardware": ["A100-SXM4-80GB", "L4"],
+                           "fam_hw_med_r": [0.4, 0.2], "fam_hw_med_y": [2.4, 2.2]})
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    idx = TransferIndex(fam_hw, empty, _ShapeStep(), shapes)  # type: ignore[arg-type]
+    batch = [16, 32]
+    keys = _keys("f", 2) | {"shape": np.array([f"1/1/{b}" for b in batch], dtype=object)}
+    jobs = Columns.from_frame(pd.DataFrame({"family_id": "f", "hardware": "H100-SXM",
+                                            "trainer_count": 1, "devices_per_trainer": 1,
+                                            "batch_size": batch}))
+    out = idx.features(keys, np.array(["H100-SXM"] * 2, dtype=object), CAT, np.full(2, 3.0),
+                       jobs)
+    # Batch 16: its own residual on A100 (0.9), and L4's batch 32 moved to 16 there (0.2 -
+    # 0.5); their median. Batch 32: A100's two shapes moved to 32 (median 0.4 + 0.5) and
+    # its own on L4 (0.2).
+    np.testing.assert_allclose(out["xfer_p_r"], [np.median([0.9, -0.3]),
+                                                 np.median([0.9, 0.2])])
+    # The pair differences still read a type's median where the job's shape is not there.
+    np.testing.assert_allclose(out["xfer_d_r"], [np.mean([0.9, 0.2]), np.mean([0.4, 0.2])])
+
+
 def test_a_type_is_carried_from_the_same_work_in_another_layout() -> None:
     # f ran 4 devices as 2 hosts x 2 (per-trainer batch 64, global 128) on A100 (residual
     # 0.9) and as 1 x 4 and 4 x 1 at global batch 256 (0.2 and 0.4); its median there is 0.
