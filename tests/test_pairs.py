@@ -226,6 +226,9 @@ def test_shape_boosters_learn_a_ratio_that_depends_on_the_type(model: PairModel)
     assert moved("H100-SXM") == pytest.approx(0.8, abs=0.15)
     assert moved("L4") == pytest.approx(-0.6, abs=0.15)
     assert moved("A100-SXM4-80GB") == pytest.approx(0.0, abs=0.15)
+    # Their reach: families here only change their batch (16 ... 256 per 8 devices), never
+    # their trainers or devices per trainer.
+    np.testing.assert_allclose(model.shape_reach, [0.0, 0.0, np.log(256 / 16)])
 
 
 def test_a_family_never_reads_a_ratio_learned_from_itself(attempts: pd.DataFrame,

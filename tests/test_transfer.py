@@ -152,6 +152,7 @@ class _ShapeStep(_NoRatio):
     """Shape boosters that add 0.5 to any move between shapes, -0.5 on an L4."""
 
     shape_boosters = (None,)
+    shape_reach = np.full(3, np.inf)
 
     def predict_shapes(self, jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
                        job: np.ndarray | None = None) -> np.ndarray:
@@ -237,6 +238,13 @@ def test_the_pair_estimate_reads_a_type_at_the_jobs_shape_by_the_shape_boosters(
                                                  np.median([0.9, 0.2])])
     # The pair differences still read a type's median where the job's shape is not there.
     np.testing.assert_allclose(out["xfer_d_r"], [np.mean([0.9, 0.2]), np.mean([0.4, 0.2])])
+    # Boosters that learned batch moves of at most 1.5x carry no shape here (each move is
+    # 2x): a type's median where the family never ran the job's shape there.
+    idx.pairs.shape_reach = np.array([np.inf, np.inf, np.log(1.5)])  # type: ignore[union-attr]
+    out = idx.features(keys, np.array(["H100-SXM"] * 2, dtype=object), CAT, np.full(2, 3.0),
+                       jobs)
+    np.testing.assert_allclose(out["xfer_p_r"], [np.median([0.9, 0.2]),
+                                                 np.median([0.4, 0.2])])
 
 
 def test_a_type_is_carried_from_the_same_work_in_another_layout() -> None:

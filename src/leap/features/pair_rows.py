@@ -158,6 +158,29 @@ def log_shape(shape: np.ndarray) -> np.ndarray:
     return np.log(np.fmax(np.asarray(shape, dtype=np.float64), 1.0))
 
 
+def shape_parts(shape: np.ndarray) -> np.ndarray:
+    """``(n, 3)``: log trainers, log devices per trainer and log batch per device of ``(n, 3)``
+    shapes (:data:`SHAPE_COLUMNS`; a missing part read as 1), the directions a shape moves in.
+
+    >>> shape_parts(np.array([[2., 4., 64.]])).round(3).tolist()
+    [[0.693, 1.386, 2.773]]
+    """
+    logs = log_shape(shape)
+    return np.column_stack([logs[:, 0], logs[:, 1], logs[:, 2] - logs[:, 1]])
+
+
+def within_reach(a_shape: np.ndarray, b_shape: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Whether each move from ``a_shape`` to ``b_shape`` (``(n, 3)`` shapes) is no longer in any
+    direction of :func:`shape_parts` than ``reach`` (the longest the shape boosters learned).
+
+    >>> within_reach(np.array([[1., 1., 8.], [1., 1., 8.]]), np.array([[1., 2., 16.],
+    ...              [1., 1., 64.]]), np.array([1.0, 1.0, 1.0])).tolist()
+    [True, False]
+    """
+    move = np.abs(shape_parts(b_shape) - shape_parts(a_shape))
+    return (move <= np.asarray(reach)[None, :] + 1e-9).all(axis=1)
+
+
 def shape_of(on: Columns) -> np.ndarray:
     """The ``(n, 3)`` shape of each row (:data:`SHAPE_COLUMNS`; NaN where missing)."""
     return np.column_stack([on.num(c) for c in SHAPE_COLUMNS])

@@ -42,6 +42,7 @@ from leap.features.pair_rows import (
     log_shape,
     ordered_pairs,
     shape_of,
+    within_reach,
 )
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
@@ -434,7 +435,8 @@ class TransferIndex:
         """Per cell ``i`` (a family on a type: ``group[i]``, the shape table's key): the
         family's residual in each of the :data:`SHAPE_NEAREST` shapes nearest to
         ``shape[i]`` that it ran there (never ``shape[i]`` itself), carried to it by the
-        shape boosters; their median (NaN where it ran no other shape there). ``on``: each
+        shape boosters; their median (NaN where it ran no other shape there within the
+        boosters' reach, :attr:`PairModel.shape_reach`). ``on``: each
         cell's job columns, on the cell's type. Where the family ran ``shape[i]`` there too,
         :func:`leap.features.encode.encode` blends the two into ``hist_est`` (a shape run
         once or twice is a noisy median)."""
@@ -444,11 +446,14 @@ class TransferIndex:
         if len(table["key"]) == 0:
             return out
         r, cand = _shapes_of(table["key"], group)
-        keep = table["text"][cand] != shape[r]
+        own = shape_of(on)
+        # Never its own shape; only moves the boosters learned (PairModel.shape_reach).
+        keep = (table["text"][cand] != shape[r]) & within_reach(
+            table["shape"][cand], own[r], pairs.shape_reach)
         r, cand = r[keep], cand[keep]
         if len(r) == 0:
             return out
-        dist = np.abs(log_shape(table["shape"][cand]) - log_shape(shape_of(on))[r]).sum(axis=1)
+        dist = np.abs(log_shape(table["shape"][cand]) - log_shape(own)[r]).sum(axis=1)
         order = np.lexsort((dist, r))
         r, cand = r[order], cand[order]
         first = np.searchsorted(r, r, side="left")
