@@ -243,7 +243,9 @@ class PairModel:
         meta.write_text(json.dumps({"features": list(PAIR_FEATURES), "vocab": self.vocab,
                                     "shape_features": list(SHAPE_FEATURES),
                                     "shape_boosters": len(self.shape_boosters),
-                                    "shape_reach": self.shape_reach.tolist()}))
+                                    # None without shape boosters (no Infinity in JSON).
+                                    "shape_reach": self.shape_reach.tolist()
+                                    if self.shape_boosters else None}))
         return [*paths, meta]
 
     @classmethod

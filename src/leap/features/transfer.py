@@ -252,10 +252,11 @@ class TransferIndex:
           ``jobs``, the rows' job columns): on each type its residual in the job's shape
           where it ran it there (as for ``xfer_d_r``), else, where the snapshot has shape
           boosters, its nearest shapes there carried to the job's shape (as ``xfer_s_r``;
-          on the default fleet's held-out day a type's level so read was within ±20% of
-          the simulator's truth for 78% of such (attempt, type) cells against 56% for the
-          family's median there, and attempts on types new to their family went from 58.9%
-          to 64.6% within ±20%), else its median there;
+          on the default fleet's held-out day, of such (attempt, type) cells on the
+          target's vendor, a type's level so read was within ±20% of the simulator's truth
+          at the job's shape for 78% against 56% for the family's median there, and
+          attempts on types new to their family went from 58.9% to 64.6% within ±20%), else
+          its median there;
           the median over the :data:`PAIR_NEAREST` of those types nearest
           the target by spec distance, taken among the types of the target's vendor when the
           family ran on any (a family's level on a vendor's software stack is something
@@ -386,7 +387,7 @@ class TransferIndex:
                 cell = np.concatenate([np.arange(m), r])
                 carried = self._shape_carry(
                     self.pairs, f[cell] * (virtual + 1) + np.concatenate([b, a]),
-                    keys["shape"][rows][cell],
+                    keys["shape"][rows[cell]],
                     jobs.take(rows[cell]).with_hardware(np.concatenate(
                         [hardware[rows], np.asarray(self.hardware, dtype=object)[a]])),
                     catalog)
