@@ -89,12 +89,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(home: Path, port: int, workers: int,
-                 compiled: bool = True) -> subprocess.Popen[bytes]:
+def start_server(home: Path, port: int, workers: int, compiled: bool = True,
+                 decision_log: bool = True) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(home), "serve",
                              "--port", str(port), "--log-level", "warning",
                              "--workers", str(workers),
-                             "--compiled" if compiled else "--no-compiled"],
+                             "--compiled" if compiled else "--no-compiled",
+                             "--decision-log" if decision_log else "--no-decision-log"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)  # its own group: stop() ends every worker
     deadline = time.monotonic() + 120
@@ -267,6 +268,8 @@ def main() -> None:
     ap.add_argument("--server-workers", type=int, default=2, help="leap serve --workers")
     ap.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=True,
                     help="serve with compiled trees (compiled here first, once per version)")
+    ap.add_argument("--decision-log", action=argparse.BooleanOptionalAction, default=True,
+                    help="record every ranking served, as `leap serve` does by default")
     args = ap.parse_args()
     if args.rate * args.duration > 100_000:
         raise SystemExit("refusing more than 100,000 requests; lower --rate or --duration")
@@ -283,7 +286,7 @@ def main() -> None:
               for j in recent_jobs(home, 2000)]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = start_server(home, port, args.server_workers, args.compiled)
+    proc = start_server(home, port, args.server_workers, args.compiled, args.decision_log)
     try:
         run(open_loop("127.0.0.1", port, bodies, args.rate, 3.0, args.max_in_flight))  # warm
         server0, client0 = server_cpu_s(proc.pid), time.process_time()
@@ -325,6 +328,7 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
     out = {"bench": "http", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "server_workers": args.server_workers,
+           "decision_log": args.decision_log,
            "load_avg_1m": os.getloadavg()[0],
            "open_loop": steady, "closed_loop": sat, "server_fail_open": fail_open,
            "scoring": scoring, "target_p99_ms": TARGET_P99_MS, "target_met": ok,

@@ -217,10 +217,11 @@ def serve(
                                               "a premium type needs when a job has no "
                                               "flops_per_sample."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
-    workers: int = typer.Option(1, "--workers", min=1, help="Server processes sharing the "
-                                "port, each with its own copy of the model (use one per core "
-                                "to serve more requests/s; /metrics then reports the process "
-                                "that answers)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Server processes on the port, "
+                                "each with its own copy of the model and (Linux) its own "
+                                "socket, the kernel spreading connections over them (use one "
+                                "per core to serve more requests/s; /metrics then reports the "
+                                "process that answers)."),
     max_body_bytes: int = typer.Option(8 * 1024 * 1024, "--max-body-bytes", min=1024,
                                        help="Largest request body; larger ones get a 413."),
     max_predict_rows: int = typer.Option(20_000, "--max-predict-rows", min=1, help="Largest "
@@ -271,17 +272,25 @@ def serve(
                              decision_retention_days=decision_retention_days,
                              decision_queue=decision_queue, monitor_gauges=monitor_gauges,
                              compiled=compiled)
-    app_or_factory: Any
     if workers == 1:
-        app_or_factory = settings.app(announce=True, host=host, port=port)
+        uvicorn.run(settings.app(announce=True, host=host, port=port), host=host, port=port,
+                    log_level=log_level, access_log=False)
+        return
+    from leap.serve.workers import check_address, reuse_port_supported, run_workers
+
+    # Worker processes import the factory and read these settings from their environment.
+    os.environ[SERVE_SETTINGS_ENV] = json.dumps(asdict(settings))
+    factory = "leap.cli.rank:app_from_env"
+    own_sockets = port != 0 and reuse_port_supported()
+    if own_sockets:
+        check_address(host, port)  # before the model loads: a taken port fails at once
+    # Load once here so errors show now (no decision writer: the workers own theirs).
+    settings.app(announce=True, host=host, port=port, announce_only=True)
+    if own_sockets:  # each worker on its own socket: the kernel spreads connections
+        run_workers(factory, host=host, port=port, workers=workers, log_level=log_level)
     else:
-        # Worker processes import the factory and read these settings from their environment.
-        os.environ[SERVE_SETTINGS_ENV] = json.dumps(asdict(settings))
-        # Load once here so errors show now (no decision writer: the workers own theirs).
-        settings.app(announce=True, host=host, port=port, announce_only=True)
-        app_or_factory = "leap.cli.rank:app_from_env"
-    uvicorn.run(app_or_factory, factory=workers > 1, workers=workers, host=host, port=port,
-                log_level=log_level, access_log=False)
+        uvicorn.run(factory, factory=True, workers=workers, host=host, port=port,
+                    log_level=log_level, access_log=False)
 
 
 #: Set once `leap serve` has restarted itself with the allocator settings below.
