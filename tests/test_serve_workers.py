@@ -18,7 +18,7 @@ import pytest
 
 from leap.config import Workspace
 from leap.errors import ConfigError
-from leap.serve.workers import check_address, listener, reuse_port_supported
+from leap.serve.workers import check_address, listener, reuse_port_supported, run_workers
 from test_rank import jobs, ranker  # noqa: F401
 from test_serve import wait_for
 
@@ -167,3 +167,12 @@ def test_serve_workers_on_a_taken_port_says_so(trained_workspace: Workspace) -> 
     assert out.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@linux_only
+def test_a_worker_that_keeps_failing_at_start_stops_the_server() -> None:
+    """Not restarted forever: a worker that cannot even import its app exits at once, and
+    after a few such exits in a row the parent gives up with a one-line error."""
+    with pytest.raises(ConfigError, match="could not start"):
+        run_workers("leap.no_such_module:app", host="127.0.0.1", port=free_port(), workers=1,
+                    log_level="critical")

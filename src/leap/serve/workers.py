@@ -15,8 +15,9 @@ option is missing, or for ``--port 0`` (each worker would get a port of its own)
 keeps uvicorn's mode.
 
 The parent only supervises: it checks the address is free, starts the workers, restarts one
-that dies (not one that fails to start: that would fail again), and on SIGINT / SIGTERM stops
-them all with SIGTERM, so each finishes its requests and flushes its decision log.
+that dies (not one whose app failed to start, nor one that keeps exiting within seconds of its
+start: those would fail again), and on SIGINT / SIGTERM stops them all with SIGTERM, so each
+finishes its requests and flushes its decision log.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import multiprocessing
 import signal
 import socket
 import threading
+import time
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
@@ -38,6 +40,11 @@ STARTUP_FAILURE = 3
 #: Seconds between the parent's looks at its workers, and the most it waits for one to stop.
 POLL_S = 0.5
 STOP_TIMEOUT_S = 30.0
+#: A worker that exits within this many seconds of its start exited at start; after
+#: :data:`MAX_QUICK_EXITS` such exits in a row the parent stops instead of restarting it
+#: forever (e.g. a worker that cannot import the app).
+QUICK_EXIT_S = 10.0
+MAX_QUICK_EXITS = 3
 
 
 def reuse_port_supported() -> bool:
@@ -94,9 +101,12 @@ def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str)
     check_address(host, port)
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing loaded twice
 
+    started: dict[int, float] = {}
+
     def start() -> BaseProcess:
         proc = ctx.Process(target=_worker, args=(app, host, port, log_level), daemon=False)
         proc.start()
+        started[id(proc)] = time.monotonic()
         return proc
 
     stop = threading.Event()
@@ -109,13 +119,18 @@ def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     procs = [start() for _ in range(workers)]
     failed: str | None = None
+    quick_exits = 0
     try:
         while not stop.wait(POLL_S):
             for i, proc in enumerate(procs):
                 if proc.is_alive():
                     continue
-                if proc.exitcode == STARTUP_FAILURE:
-                    failed = f"a server process could not start (exit code {proc.exitcode})"
+                quick = time.monotonic() - started.pop(id(proc)) < QUICK_EXIT_S
+                quick_exits = quick_exits + 1 if quick else 0
+                if proc.exitcode == STARTUP_FAILURE or quick_exits >= MAX_QUICK_EXITS:
+                    failed = (f"a server process could not start (exit code {proc.exitcode}"
+                              + (f", {quick_exits} times in a row" if quick_exits > 1 else "")
+                              + ")")
                     stop.set()
                     break
                 log.warning("server process %s exited with code %s; starting another",
