@@ -90,12 +90,15 @@ def free_port() -> int:
 
 
 def start_server(home: Path, port: int, workers: int, compiled: bool = True,
-                 decision_log: bool = True) -> subprocess.Popen[bytes]:
+                 decision_log: bool = True, max_rank_batch: int | None = None
+                 ) -> subprocess.Popen[bytes]:
+    extra = [] if max_rank_batch is None else ["--max-rank-batch", str(max_rank_batch)]
     proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(home), "serve",
                              "--port", str(port), "--log-level", "warning",
                              "--workers", str(workers),
                              "--compiled" if compiled else "--no-compiled",
-                             "--decision-log" if decision_log else "--no-decision-log"],
+                             "--decision-log" if decision_log else "--no-decision-log",
+                             *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)  # its own group: stop() ends every worker
     deadline = time.monotonic() + 120
@@ -270,6 +273,8 @@ def main() -> None:
                     help="serve with compiled trees (compiled here first, once per version)")
     ap.add_argument("--decision-log", action=argparse.BooleanOptionalAction, default=True,
                     help="record every ranking served, as `leap serve` does by default")
+    ap.add_argument("--max-rank-batch", type=int, default=None,
+                    help="leap serve --max-rank-batch (default: the server's; 1 = each alone)")
     args = ap.parse_args()
     if args.rate * args.duration > 100_000:
         raise SystemExit("refusing more than 100,000 requests; lower --rate or --duration")
@@ -286,7 +291,8 @@ def main() -> None:
               for j in recent_jobs(home, 2000)]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = start_server(home, port, args.server_workers, args.compiled, args.decision_log)
+    proc = start_server(home, port, args.server_workers, args.compiled, args.decision_log,
+                        args.max_rank_batch)
     try:
         run(open_loop("127.0.0.1", port, bodies, args.rate, 3.0, args.max_in_flight))  # warm
         server0, client0 = server_cpu_s(proc.pid), time.process_time()
@@ -305,6 +311,11 @@ def main() -> None:
         stop(proc)
     fail_open = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                     if line.startswith("leap_fail_open_total{"))
+    # One process's view (the one that answered /metrics): rankings per pass, over the run.
+    totals = {line.split(" ")[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+              if line.startswith(("leap_rank_batch_size_sum", "leap_rank_batch_size_count"))}
+    mean_batch = totals.get("leap_rank_batch_size_sum", 0.0) / max(
+        totals.get("leap_rank_batch_size_count", 0.0), 1.0)
     print(f"open loop {args.rate:.0f} req/s x {args.duration:.0f} s ({steady['requests']:,} "
           f"requests, 1 job x {len(CANDIDATES)} types each):")
     print(f"  served {steady['throughput_rps']:.1f} req/s, errors {steady['errors']}, latency "
@@ -317,7 +328,8 @@ def main() -> None:
           f"{steady['client_cpu_ms_per_request']:.2f} ms")
     print(f"closed loop, {args.workers} callers x {args.saturate:.0f} s: "
           f"{sat['throughput_rps']:.0f} req/s, p50 {sat['p50_ms']:.1f} ms, p99 "
-          f"{sat['p99_ms']:.1f} ms, errors {sat['errors']}")
+          f"{sat['p99_ms']:.1f} ms, errors {sat['errors']}; one process ranked "
+          f"{mean_batch:.2f} requests a pass on average over the run")
     ok = steady["p99_ms"] <= TARGET_P99_MS and steady["errors"] == 0
     closed_ok = (sat["throughput_rps"] >= TARGET_CLOSED_RPS
                  and sat["p99_ms"] <= TARGET_CLOSED_P99_MS and sat["errors"] == 0)
@@ -328,7 +340,8 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
     out = {"bench": "http", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "server_workers": args.server_workers,
-           "decision_log": args.decision_log,
+           "decision_log": args.decision_log, "max_rank_batch": args.max_rank_batch,
+           "mean_rank_batch": mean_batch,
            "load_avg_1m": os.getloadavg()[0],
            "open_loop": steady, "closed_loop": sat, "server_fail_open": fail_open,
            "scoring": scoring, "target_p99_ms": TARGET_P99_MS, "target_met": ok,

@@ -504,6 +504,19 @@ def test_a_failing_batch_ranks_its_jobs_one_by_one(ranker: Ranker, jobs: list[di
     assert refused[0].reason is not None and refused[0].reason.startswith("invalid_request")
 
 
+def test_rank_many_folds_each_jobs_free_devices(ranker: Ranker,
+                                                jobs: list[dict[str, Any]]) -> None:
+    full = ranker.rank(jobs[0]).ranking[0].hardware
+    room: list[dict[str, float] | None] = [{full: 0}, None, {full: -1}]  # the last is refused
+    got = ranker.rank_many(jobs[:3], [None] * 3, free_devices=room)
+    want = [ranker.rank(j, free_devices=r) for j, r in zip(jobs[:3], room, strict=True)]
+    assert _without_latency(got) == _without_latency(want)
+    assert got[0].ranking[-1].hardware == full
+    assert got[2].reason is not None and got[2].reason.startswith("invalid_request")
+    with pytest.raises(ConfigError, match="free_devices"):
+        ranker.rank_many(jobs[:2], [None, None], free_devices=[None])
+
+
 def test_batch_predict(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:
     from leap.model.predict import predict_frame
 

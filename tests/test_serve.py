@@ -435,3 +435,46 @@ def test_fuzz_from_openapi_schema_gives_no_5xx_and_no_schema_violation(url: str)
     assert out["per_operation"].get("POST /v1/predict", 0) >= 40
     assert out["cases"] >= 100, out
     assert time.monotonic() - t0 < 120, "the bounded fuzz stays fast"
+
+
+def test_concurrent_rank_requests_are_ranked_together_with_the_answers_of_each_alone(
+        ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    """Requests that arrive together are ranked in one pass (leap.serve.batching), each with
+    its own options and room, and a bad one gets its 422 alone: the bodies equal those of a
+    server that ranks each request by itself (but for latency_ms)."""
+    import asyncio
+    import json as json_
+
+    plain = ranker.rank(jobs[0]).ranking
+    bodies: list[dict[str, Any]] = [{"job": j} for j in jobs[:6]]
+    bodies += [{"job": jobs[1], "candidates": ["L4", "H100-SXM", "T4"], "risk": "averse"},
+               {"job": jobs[2], "objective": "throughput", "max_cost_per_hour": 60.0},
+               {"job": jobs[0], "free_devices": {plain[0].hardware: 0}},
+               {"job": {**jobs[3], "trainer_count": -1}},  # refused: 422, alone
+               {"job": jobs[4], "candidates": ["T44"]}]   # refused: unknown type
+    batched, alone = create_app(ranker), create_app(ranker, max_rank_batch=1)
+
+    async def send(app: FastAPI, concurrent: bool) -> tuple[list[httpx.Response], str]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            if concurrent:
+                out = await asyncio.gather(*(client.post("/v1/rank", json=b) for b in bodies))
+            else:
+                out = [await client.post("/v1/rank", json=b) for b in bodies]
+            return list(out), (await client.get("/metrics")).text
+
+    got, metrics = asyncio.run(send(batched, True))
+    want, _ = asyncio.run(send(alone, False))
+
+    def without_latency(r: httpx.Response) -> tuple[int, Any]:
+        body = json_.loads(r.content)
+        body.pop("latency_ms", None)
+        return r.status_code, body
+
+    assert [without_latency(r) for r in got] == [without_latency(r) for r in want]
+    assert [r.status_code for r in got].count(422) == 2
+    assert got[8].json()["ranking"][-1]["hardware"] == plain[0].hardware  # no room: last
+    sizes = {s.name: s for s in text_string_to_metric_families(metrics)}["leap_rank_batch_size"]
+    count = next(x.value for x in sizes.samples if x.name.endswith("_count"))
+    total = next(x.value for x in sizes.samples if x.name.endswith("_sum"))
+    assert total == 9 and count < 9, "the 9 good requests were ranked in fewer passes"

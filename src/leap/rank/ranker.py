@@ -104,6 +104,11 @@ def _recorded(rank: Callable[..., RankResult]) -> Callable[..., RankResult]:
     return wrapper
 
 
+def _request_error(exc: Exception) -> LeapError:
+    """A bad request's error as :meth:`Ranker.rank` raises it with ``strict``."""
+    return exc if isinstance(exc, LeapError) else DataError(f"invalid request: {_describe(exc)}")
+
+
 def _answer(ranking: list[RankedType], excluded: list[Excluded], version: str | None,
             objective: str, risk: str, ignored: list[str], latency_ms: float) -> RankResult:
     """A ranking's answer: the left-out types in reason order, and why it is empty if so."""
@@ -359,16 +364,11 @@ class Ranker:
                                self.record_fail_open("prediction_failed", _describe(exc)))
         version = serving.version if serving else None
         try:
-            values, ignored = normalize_job(job)
-            names, unknown = self._candidates(serving, candidates, strict)
-            _check_objective(objective, max_cost_per_hour)
-            if risk not in RISKS:
-                raise ConfigError(f"risk must be one of {', '.join(RISKS)}, got {risk!r}"
-                                  f"{did_you_mean(str(risk), RISKS)}")
-            _check_free_devices(free_devices)
+            values, ignored, names, unknown = self._request(
+                serving, job, candidates, objective, max_cost_per_hour, risk, free_devices,
+                strict)
         except Exception as exc:  # a bad request fails open; only `strict` raises it
-            err = exc if isinstance(exc, LeapError) else DataError(
-                f"invalid request: {_describe(exc)}")
+            err = _request_error(exc)
             if strict:
                 raise err from None
             return self._empty(t0, version, objective if isinstance(objective, str) else
@@ -389,13 +389,49 @@ class Ranker:
         return _answer(ranking, unknown + excluded, version, objective, risk, ignored,
                        (time.perf_counter() - t0) * 1e3)
 
+    def _request(self, serving: Serving | None, job: Mapping[str, Any],
+                 candidates: Sequence[str] | None, objective: str,
+                 max_cost_per_hour: float | None, risk: str,
+                 free_devices: Mapping[str, float] | None, strict: bool
+                 ) -> tuple[dict[str, Any], list[str], list[str], list[Excluded]]:
+        """The one validation of a ranking request: the job's values and ignored fields, the
+        candidate names and the unknown ones (raises on a bad request)."""
+        values, ignored = normalize_job(job)
+        names, unknown = self._candidates(serving, candidates, strict)
+        _check_objective(objective, max_cost_per_hour)
+        if risk not in RISKS:
+            raise ConfigError(f"risk must be one of {', '.join(RISKS)}, got {risk!r}"
+                              f"{did_you_mean(str(risk), RISKS)}")
+        _check_free_devices(free_devices)
+        return values, ignored, names, unknown
+
+    def check_request(self, job: Mapping[str, Any], candidates: Sequence[str] | None = None,
+                      *, objective: str = "value", max_cost_per_hour: float | None = None,
+                      risk: str = DEFAULT_RISK,
+                      free_devices: Mapping[str, float] | None = None) -> None:
+        """Raise what :meth:`rank` with ``strict=True`` raises for this request (nothing for a
+        good one): for a caller that ranks requests together (:meth:`rank_many`) and must
+        refuse a bad one alone, as the HTTP service does."""
+        try:
+            serving = self.watcher.current()
+        except Exception:  # rank() fails open on it; the request itself may still be bad
+            serving = None
+        try:
+            self._request(serving, job, candidates, objective, max_cost_per_hour, risk,
+                          free_devices, True)
+        except Exception as exc:
+            raise _request_error(exc) from None
+
     def rank_many(self, jobs: Sequence[Mapping[str, Any]],
                   candidates: Sequence[Sequence[str] | None], *, objective: str = "value",
-                  max_cost_per_hour: float | None = None, risk: str = DEFAULT_RISK
+                  max_cost_per_hour: float | None = None, risk: str = DEFAULT_RISK,
+                  free_devices: Sequence[Mapping[str, float] | None] | None = None
                   ) -> list[RankResult]:
-        """:meth:`rank` of each job on its candidates: the same answers, with one feature
-        encoding and one model call for the rows of all of them (for studies and batch
-        callers; a few hundred jobs at a time keep the rows a few megabytes).
+        """:meth:`rank` of each job on its candidates (and its ``free_devices``, one mapping
+        or None per job, when given): the same answers, with one feature encoding and one
+        model call for the rows of all of them (for studies, batch callers and the HTTP
+        service's concurrent requests; a few hundred jobs at a time keep the rows a few
+        megabytes).
 
         A request that :meth:`rank` would refuse gets its fail-open answer, counted as
         there; if scoring the batch fails, every job is ranked on its own, so one bad job
@@ -411,11 +447,16 @@ class Ranker:
         if len(candidates) != len(jobs):
             raise ConfigError(f"rank_many got {len(candidates)} candidate lists for "
                               f"{len(jobs)} jobs; pass one list (or None) per job")
+        if free_devices is not None and len(free_devices) != len(jobs):
+            raise ConfigError(f"rank_many got {len(free_devices)} free_devices for "
+                              f"{len(jobs)} jobs; pass one mapping (or None) per job")
+        free = list(free_devices) if free_devices is not None else [None] * len(jobs)
         t0 = time.perf_counter()
 
         def alone(i: int) -> RankResult:
             return self.rank(jobs[i], candidates[i], objective=objective,
-                             max_cost_per_hour=max_cost_per_hour, risk=risk)
+                             max_cost_per_hour=max_cost_per_hour, risk=risk,
+                             free_devices=free[i])
         try:
             serving = self.watcher.current()
             _check_objective(objective, max_cost_per_hour)
@@ -427,8 +468,8 @@ class Ranker:
         batch: list[tuple[int, dict[str, Any], list[str], list[Excluded], list[str]]] = []
         for i, (job, cands) in enumerate(zip(jobs, candidates, strict=True)):
             try:
-                values, ignored = normalize_job(job)
-                names, unknown = self._candidates(serving, cands, False)
+                values, ignored, names, unknown = self._request(
+                    serving, job, cands, objective, max_cost_per_hour, risk, free[i], False)
             except Exception:  # refused as rank() refuses it: its fail-open answer
                 answers[i] = alone(i)
                 continue
@@ -447,6 +488,8 @@ class Ranker:
             return [answers[i] for i in range(len(jobs))]
         share_ms = (time.perf_counter() - t0) * 1e3 / len(batch)
         for (i, _, _, unknown, ignored), (ranking, excluded) in zip(batch, parts, strict=True):
+            if (room := free[i]) is not None:
+                ranking = fold_availability(ranking, room)
             answers[i] = _answer(ranking, unknown + excluded, serving.version, objective, risk,
                                  ignored, share_ms)
             self._record(jobs[i], candidates[i], answers[i])

@@ -45,6 +45,7 @@ from leap.catalog import Catalog
 from leap.errors import CatalogError, LeapError
 from leap.rank.decisions import DecisionLog
 from leap.rank.ranker import Ranker
+from leap.serve.batching import MAX_BATCH, RankBatcher
 from leap.serve.metrics import DecisionCollector, RankerCollector
 from leap.serve.monitor import MonitorCollector
 from leap.serve.payloads import (
@@ -261,7 +262,7 @@ def create_app(ranker: Ranker, *, token: str | None = None,
                decisions: DecisionLog | None = None,
                extra_collectors: Iterable[Collector] = (),
                monitor: MonitorCollector | None = None, dashboard: bool = True,
-               catalog: Catalog | None = None) -> FastAPI:
+               catalog: Catalog | None = None, max_rank_batch: int = MAX_BATCH) -> FastAPI:
     """The FastAPI app serving ``ranker`` (build the Ranker at the edge and pass it in).
 
     Parameters
@@ -291,6 +292,9 @@ def create_app(ranker: Ranker, *, token: str | None = None,
     catalog : Catalog, optional
         Scheduler names for ``format`` (:mod:`leap.rank.formats`); default the Ranker's cost
         catalog, else the shipped one.
+    max_rank_batch : int
+        Most ``/v1/rank`` requests that arrived together are ranked in one pass
+        (:mod:`leap.serve.batching`); 1 ranks each alone.
 
     Examples
     --------
@@ -307,6 +311,10 @@ def create_app(ranker: Ranker, *, token: str | None = None,
     latency = Histogram("leap_http_request_duration_seconds", "HTTP request latency by path",
                         ["path"], buckets=LATENCY_BUCKETS_S, registry=metrics)
     metrics.register(RankerCollector(ranker))
+    batch_sizes = Histogram("leap_rank_batch_size", "Rankings served together in one pass",
+                            buckets=(1, 2, 4, 8, 16, 32), registry=metrics)
+    batcher = RankBatcher(ranker, max_batch=max_rank_batch, on_batch=batch_sizes.observe) \
+        if max_rank_batch > 1 else None
     if decisions is not None:
         metrics.register(DecisionCollector(decisions))
         ranker.decision_sink = decisions.sink("http")
@@ -364,10 +372,15 @@ def create_app(ranker: Ranker, *, token: str | None = None,
               summary="Rank the candidate types of one job by value")
     async def rank(req: RankRequest) -> Any:
         job = req.job.launch_fields()
+        options: dict[str, Any] = {"objective": req.objective, "risk": req.risk,
+                                   "max_cost_per_hour": req.max_cost_per_hour,
+                                   "free_devices": req.free_devices}
         try:
-            result = ranker.rank(job, req.candidates, objective=req.objective,
-                                 max_cost_per_hour=req.max_cost_per_hour, risk=req.risk,
-                                 strict=True, free_devices=req.free_devices)
+            if batcher is None:
+                result = ranker.rank(job, req.candidates, strict=True, **options)
+            else:
+                ranker.check_request(job, req.candidates, **options)  # a bad one: 422 alone
+                result = await batcher.rank(job, req.candidates, **options)
         except LeapError:
             raise
         except Exception as exc:  # fail-open: Ranker.rank never raises, but a bug around it
