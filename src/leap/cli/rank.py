@@ -17,6 +17,7 @@ from leap.cli import app, console, err_console, guarded, print_json, workspace
 from leap.config import Workspace
 from leap.errors import ConfigError, DataError
 from leap.metrics import si
+from leap.serve.batching import MAX_BATCH
 
 DEFAULT_PORT = 8787
 
@@ -248,7 +249,7 @@ def serve(
                                   "model version is compiled once (in the background, minutes "
                                   "of CPU for the reference model; cached beside it) and used "
                                   "only when it reproduces LightGBM."),
-    max_rank_batch: int = typer.Option(16, "--max-rank-batch", min=1, max=256, help="Most "
+    max_rank_batch: int = typer.Option(MAX_BATCH, "--max-rank-batch", min=1, max=256, help="Most "
                                        "/v1/rank requests that arrived together ranked in one "
                                        "pass (same answers, a fraction of the CPU each under "
                                        "load); 1 ranks each alone."),
@@ -340,7 +341,7 @@ class ServeSettings:
     decision_queue: int = 50_000
     monitor_gauges: bool = False
     compiled: bool = False
-    max_rank_batch: int = 16
+    max_rank_batch: int = MAX_BATCH
 
     def app(self, *, announce: bool = False, host: str = "", port: int = 0,
             announce_only: bool = False) -> Any:

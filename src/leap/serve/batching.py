@@ -17,13 +17,15 @@ separate passes.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from leap.rank.ranker import Ranker
-from leap.rank.results import RankResult
+if TYPE_CHECKING:  # the CLI reads MAX_BATCH: no asyncio or ranker for every command
+    import asyncio
+
+    from leap.rank.ranker import Ranker
+    from leap.rank.results import RankResult
 
 #: Most requests ranked in one pass: 16 jobs x 20 types and their pair-model rows stay under
 #: the row count at which compiled scoring starts threads (:data:`leap.model.cascade.
@@ -62,6 +64,8 @@ class RankBatcher:
                    objective: str, max_cost_per_hour: float | None, risk: str,
                    free_devices: Mapping[str, float] | None) -> RankResult:
         """:meth:`Ranker.rank` of a validated request, ranked with those waiting beside it."""
+        import asyncio
+
         answer: asyncio.Future[RankResult] = asyncio.get_running_loop().create_future()
         self._queue.append(_Waiting(job, candidates, (objective, max_cost_per_hour, risk),
                                     free_devices, answer))
@@ -70,6 +74,8 @@ class RankBatcher:
         return await answer
 
     async def _serve(self) -> None:
+        import asyncio
+
         try:
             while self._queue:
                 for _ in range(GATHER_TURNS):

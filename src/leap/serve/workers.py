@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import signal
 import socket
+import sys
 import threading
 import time
 from multiprocessing.process import BaseProcess
@@ -50,8 +51,6 @@ MAX_QUICK_EXITS = 3
 def reuse_port_supported() -> bool:
     """Whether this platform deals connections over ``SO_REUSEPORT`` sockets (Linux does;
     other systems accept the option but may hand every connection to one socket)."""
-    import sys
-
     return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
