@@ -75,6 +75,20 @@ def wait_for(predicate: Any, timeout_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def wait_until_serving(proc: subprocess.Popen[bytes], base: str, timeout_s: float = 60.0
+                       ) -> None:
+    """Wait until the `leap serve` process ``proc`` answers ``base``/healthz (its output in
+    the failure if it exits first)."""
+    def up() -> bool:
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            return False
+
+    wait_for(up, timeout_s)
+
+
 # The endpoints ----------------------------------------------------------------------------
 def test_rank_endpoint_matches_the_library(http: httpx.Client, ranker: Ranker,  # noqa: F811
                                            jobs: list[dict[str, Any]]) -> None:  # noqa: F811
@@ -355,14 +369,7 @@ def test_leap_serve_command(trained_workspace: Workspace, jobs: list[dict[str, A
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        def up() -> bool:
-            try:
-                return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-                return False
-
-        wait_for(up, 60)
+        wait_until_serving(proc, base)
         assert httpx.get(f"{base}/v1/model").status_code == 401
         auth = {"Authorization": "Bearer tok"}
         info = httpx.get(f"{base}/v1/model", headers=auth).json()

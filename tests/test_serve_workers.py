@@ -20,7 +20,7 @@ from leap.config import Workspace
 from leap.errors import ConfigError
 from leap.serve.workers import check_address, listener, reuse_port_supported, run_workers
 from test_rank import jobs, ranker  # noqa: F401
-from test_serve import wait_for
+from test_serve import wait_for, wait_until_serving
 
 linux_only = pytest.mark.skipif(not reuse_port_supported(), reason="needs SO_REUSEPORT (Linux)")
 
@@ -111,16 +111,8 @@ def test_workers_share_connections_and_a_dead_worker_is_replaced(
                              "--workers", "2", "--no-compiled"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            return False
-
     try:
-        wait_for(up, 60)
+        wait_until_serving(proc, base)
         # One worker may answer before the other listens: wait for both.
         wait_for(lambda: len(_workers(proc)) == 2 and all(
             any(c.status == "LISTEN" and c.laddr.port == port
