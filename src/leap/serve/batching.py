@@ -27,9 +27,11 @@ if TYPE_CHECKING:  # the CLI reads MAX_BATCH: no asyncio or ranker for every com
     from leap.rank.ranker import Ranker
     from leap.rank.results import RankResult
 
-#: Most requests ranked in one pass: 16 jobs x 20 types and their pair-model rows stay under
-#: the row count at which compiled scoring starts threads (:data:`leap.model.cascade.
-#: PARALLEL_ROWS`), which would contend with the other server processes for the cores.
+#: Most requests ranked in one pass. A longer pass delays the requests that arrive during it,
+#: and past :data:`leap.model.cascade.PARALLEL_ROWS` rows a model call starts threads that
+#: contend with the other server processes for the cores; 16 jobs x 20 types keep the main
+#: model's and the pair model's calls well under it (the shape boosters', about 120 rows a
+#: job, near it).
 MAX_BATCH = 16
 #: Event-loop turns the batcher lets pass before taking a batch, so that requests read in the
 #: same turn (their parsing and validation take a few turns) join it.
