@@ -168,3 +168,37 @@ def test_a_worker_that_keeps_failing_at_start_stops_the_server() -> None:
     with pytest.raises(ConfigError, match="could not start"):
         run_workers("leap.no_such_module:app", host="127.0.0.1", port=free_port(), workers=1,
                     log_level="critical")
+
+
+@linux_only
+def test_a_hung_worker_is_replaced() -> None:
+    """A worker whose event loop stops turning (here: a request that blocks it) is killed and
+    replaced after ``hang_s``; the new one answers."""
+    port = free_port()
+    tests = os.path.dirname(os.path.abspath(__file__))
+    script = ("from leap.serve.workers import run_workers\n"
+              f"run_workers('blocking_app:app', host='127.0.0.1', port={port}, workers=1, "
+              "log_level='critical', hang_s=2.0)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script],
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [tests, os.environ.get("PYTHONPATH", "")])},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    def pid() -> int | None:
+        try:
+            return int(httpx.get(f"{base}/pid", timeout=1).json()["pid"])
+        except httpx.HTTPError:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            return None
+
+    try:
+        wait_for(lambda: pid() is not None, 60)
+        first = pid()
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{base}/block", timeout=1)
+        wait_for(lambda: pid() not in (None, first), 60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 0

@@ -16,8 +16,9 @@ keeps uvicorn's mode.
 
 The parent only supervises: it checks the address is free, starts the workers, restarts one
 that dies (not one whose app failed to start, nor one that keeps exiting within seconds of its
-start: those would fail again), and on SIGINT / SIGTERM stops them all with SIGTERM, so each
-finishes its requests and flushes its decision log.
+start: those would fail again), replaces one whose event loop stops turning (hung), and on
+SIGINT / SIGTERM stops them all with SIGTERM, so each finishes its requests and flushes its
+decision log.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import threading
 import time
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import Any
 
 from leap.errors import ConfigError
 
@@ -46,6 +48,10 @@ STOP_TIMEOUT_S = 30.0
 #: forever (e.g. a worker that cannot import the app).
 QUICK_EXIT_S = 10.0
 MAX_QUICK_EXITS = 3
+#: A worker whose event loop has not turned for this many seconds (uvicorn's tick, every
+#: 0.1 s, stamps a shared clock) is hung: killed and replaced. A ranking takes milliseconds and
+#: the largest batch prediction about a second; a new model loads in a thread.
+HANG_S = 60.0
 
 
 def reuse_port_supported() -> bool:
@@ -84,35 +90,42 @@ def check_address(host: str, port: int) -> None:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
-def _worker(app: str, host: str, port: int, log_level: str) -> None:
-    """One worker process: ``app`` (a factory's import path) on its own socket."""
+def _worker(app: str, host: str, port: int, log_level: str, beat: Any) -> None:
+    """One worker process: ``app`` (a factory's import path) on its own socket; ``beat`` (a
+    shared double) gets the monotonic clock each time its event loop turns."""
     import uvicorn
+
+    class Server(uvicorn.Server):
+        async def on_tick(self, counter: int) -> bool:
+            beat.value = time.monotonic()
+            return await super().on_tick(counter)
 
     config = uvicorn.Config(app, factory=True, host=host, port=port, log_level=log_level,
                             access_log=False)
-    uvicorn.Server(config).run(sockets=[listener(host, port)])
+    Server(config).run(sockets=[listener(host, port)])
 
 
-def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str) -> None:
+def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str,
+                hang_s: float = HANG_S) -> None:
     """Serve the app that the factory ``app`` ("module:function") builds from ``workers``
     processes until SIGINT or SIGTERM; raises ConfigError when the address is taken or a
-    worker cannot start."""
+    worker cannot start. A worker whose event loop stops turning for ``hang_s`` seconds is
+    replaced."""
     check_address(host, port)
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing loaded twice
-
-    started: dict[int, float] = {}
+    started: dict[int, tuple[float, Any]] = {}  # id(process): its start, its loop's last turn
 
     def start() -> BaseProcess:
-        proc = ctx.Process(target=_worker, args=(app, host, port, log_level), daemon=False)
+        beat = ctx.Value("d", 0.0, lock=False)
+        proc = ctx.Process(target=_worker, args=(app, host, port, log_level, beat),
+                           daemon=False)
         proc.start()
-        started[id(proc)] = time.monotonic()
+        started[id(proc)] = (time.monotonic(), beat)
         return proc
 
     stop = threading.Event()
-    stopped_by: list[int] = []
 
-    def on_signal(signum: int, _: FrameType | None) -> None:
-        stopped_by.append(signum)
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -122,9 +135,16 @@ def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str)
     try:
         while not stop.wait(POLL_S):
             for i, proc in enumerate(procs):
+                since, beat = started[id(proc)]
                 if proc.is_alive():
-                    continue
-                quick = time.monotonic() - started.pop(id(proc)) < QUICK_EXIT_S
+                    if not beat.value or time.monotonic() - beat.value <= hang_s:
+                        continue  # starting (no turn yet), or turning
+                    log.warning("server process %s has not turned its event loop for %.0f s; "
+                                "replacing it", proc.pid, time.monotonic() - beat.value)
+                    proc.kill()
+                    proc.join()
+                del started[id(proc)]
+                quick = time.monotonic() - since < QUICK_EXIT_S
                 quick_exits = quick_exits + 1 if quick else 0
                 if proc.exitcode == STARTUP_FAILURE or quick_exits >= MAX_QUICK_EXITS:
                     failed = (f"a server process could not start (exit code {proc.exitcode}"
