@@ -113,15 +113,14 @@ def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str,
     replaced."""
     check_address(host, port)
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing loaded twice
-    started: dict[int, tuple[float, Any]] = {}  # id(process): its start, its loop's last turn
 
-    def start() -> BaseProcess:
+    def start() -> tuple[BaseProcess, float, Any]:
+        """A new worker, when it started, and its loop's last turn (0 before the first)."""
         beat = ctx.Value("d", 0.0, lock=False)
         proc = ctx.Process(target=_worker, args=(app, host, port, log_level, beat),
                            daemon=False)
         proc.start()
-        started[id(proc)] = (time.monotonic(), beat)
-        return proc
+        return proc, time.monotonic(), beat
 
     stop = threading.Event()
 
@@ -129,13 +128,12 @@ def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str,
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    procs = [start() for _ in range(workers)]
+    slots = [start() for _ in range(workers)]
     failed: str | None = None
     quick_exits = 0
     try:
         while not stop.wait(POLL_S):
-            for i, proc in enumerate(procs):
-                since, beat = started[id(proc)]
+            for i, (proc, since, beat) in enumerate(slots):
                 if proc.is_alive():
                     if not beat.value or time.monotonic() - beat.value <= hang_s:
                         continue  # starting (no turn yet), or turning
@@ -143,7 +141,6 @@ def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str,
                                 "replacing it", proc.pid, time.monotonic() - beat.value)
                     proc.kill()
                     proc.join()
-                del started[id(proc)]
                 quick = time.monotonic() - since < QUICK_EXIT_S
                 quick_exits = quick_exits + 1 if quick else 0
                 if proc.exitcode == STARTUP_FAILURE or quick_exits >= MAX_QUICK_EXITS:
@@ -154,12 +151,12 @@ def run_workers(app: str, *, host: str, port: int, workers: int, log_level: str,
                     break
                 log.warning("server process %s exited with code %s; starting another",
                             proc.pid, proc.exitcode)
-                procs[i] = start()
+                slots[i] = start()
     finally:
-        for proc in procs:
+        for proc, _, _ in slots:
             if proc.is_alive():
                 proc.terminate()  # SIGTERM: uvicorn's graceful shutdown
-        for proc in procs:
+        for proc, _, _ in slots:
             proc.join(STOP_TIMEOUT_S)
             if proc.is_alive():
                 proc.kill()
