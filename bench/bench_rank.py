@@ -8,7 +8,8 @@ two rankers on the same jobs: scoring every booster with LightGBM, and with comp
 cached beside the artifact, so ``--home`` must be writable: copy a store you must not
 change). Then the equality check: ``--equal`` jobs ranked by both must give the same order,
 exclusions and predictions within 1e-9 relative. Also the median of each stage (encode,
-model).
+model), and the CPU per job of ranking 1,200 jobs alone and in passes of several
+(``Ranker.rank_many``, as ``leap serve`` ranks requests that arrive together; ``--passes``).
 Prints the figures and writes bench/results/bench_rank.json.
 
     python bench/bench_rank.py [--home DIR] [--calls 3000] [--equal 10000]
@@ -157,6 +158,24 @@ def time_stages(serving: Any, jobs: list[dict[str, Any]], calls: int) -> dict[st
             "encode_dataframe_path_ms": float(np.median(frame_path) * 1e3)}
 
 
+def time_passes(ranker: Any, jobs: list[dict[str, Any]], sizes: list[int]) -> dict[str, float]:
+    """CPU ms per job ranking ``jobs`` alone (``rank``) and in passes of each of ``sizes``
+    (``rank_many``, what ``leap serve`` does with requests that arrive together)."""
+    out: dict[str, float] = {}
+    for size in [0, *sizes]:  # 0: each job alone
+        cpu0 = time.process_time()
+        if size == 0:
+            for job in jobs:
+                ranker.rank(job, CANDIDATES)
+        else:
+            for i in range(0, len(jobs), size):
+                part = jobs[i:i + size]
+                ranker.rank_many(part, [CANDIDATES] * len(part))
+        out["alone" if size == 0 else str(size)] = \
+            (time.process_time() - cpu0) * 1e3 / len(jobs)
+    return out
+
+
 def check_equal(plain: Any, fast: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """Same order, exclusions and predictions (within EQUAL_RTOL) on every job."""
     worst, mismatches = 0.0, []
@@ -187,6 +206,8 @@ def main() -> None:
     ap.add_argument("--equal", type=int, default=10_000, help="jobs for the equality check")
     ap.add_argument("--per-day", type=int, default=4000, help="simulated attempts per day")
     ap.add_argument("--days", type=int, default=12)
+    ap.add_argument("--passes", default="1,2,4,16", help="batch sizes for the CPU per job of "
+                    "ranking several jobs in one pass (compiled scoring; '' to skip)")
     args = ap.parse_args()
 
     from leap.model.artifact import Registry
@@ -224,6 +245,11 @@ def main() -> None:
     for name, st in stages.items():
         print(f"  median stages ({name}): encode {st['encode_ms']:.2f} ms, model "
               f"{st['model_ms']:.2f} ms")
+    sizes = [int(x) for x in args.passes.split(",") if x.strip()]
+    passes = time_passes(fast, jobs[200:1400], sizes) if sizes else {}
+    if passes:
+        print(f"  CPU per job, compiled, 1,200 jobs: alone {passes['alone']:.2f} ms; in passes "
+              "of " + ", ".join(f"{k}: {passes[str(k)]:.2f}" for k in sizes) + " ms")
     t1 = time.perf_counter()
     equal = check_equal(plain, fast, jobs[-args.equal:])
     print(f"equality, {equal['jobs']:,} jobs, LightGBM vs compiled: identical order "
@@ -238,7 +264,8 @@ def main() -> None:
            "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
            "model": size, "scoring": scoring,
            "model_version": serving.version, "candidates": len(CANDIDATES),
-           "calls": args.calls, "latency": rows, "stages": stages, "equality": equal,
+           "calls": args.calls, "latency": rows, "stages": stages,
+           "cpu_ms_per_job_by_pass": passes, "equality": equal,
            "target_p99_ms": TARGET_P99_MS, "target_met": ok}
     write_result("bench_rank", out)
 
