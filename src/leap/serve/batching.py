@@ -4,8 +4,9 @@ A server process ranks on its event loop, one request at a time; requests that a
 meanwhile wait in their sockets. Ranking one job is mostly fixed cost (a few hundred small
 NumPy calls and a handful of native model calls whatever the rows), so ranking the waiting
 ones together (:meth:`leap.rank.ranker.Ranker.rank_many`: one encoding, one model call)
-costs far less than ranking each alone: measured in-process on the reference model, CPU per
-job 3.5 ms alone, 2.6 ms in twos, 2.3 ms in fours, 1.8 ms in sixteens. A request that
+costs far less than ranking each alone: on the reference model, CPU per job 2.99 ms alone,
+1.96 ms in twos, 1.74 ms in fours, 1.60 ms in sixteens (``python bench/bench_rank.py
+--passes 1,2,4,16``, 2026-12-04). A request that
 arrives alone is ranked alone, at once; under load each batch is whatever queued while the
 previous one ran, up to :data:`MAX_BATCH` (the answers are those of ranking each alone: same
 order, same predictions; ``latency_ms`` is the job's share of its batch's time).
