@@ -427,3 +427,52 @@ def test_the_physics_ratio_stays_where_it_carries_the_window_as_well() -> None:
     # Too few moves to judge (2 families x 6 moves): the physics ratio.
     few, _, _ = _window(n_families=2)
     assert few.spec_rule(CAT) is None
+
+
+def _twin_window(twin_gap: float = 0.0) -> tuple[TransferIndex, Catalog]:
+    """20 families, one shape each on five types: two A100 40GB twins (spec distance 0.003)
+    where every family's residual is alike (or ``twin_gap`` apart), and three unlike types
+    where the physics estimate is off by a type's own amount. The catalog adds A100-NEW, a
+    third twin nobody ran on."""
+    from dataclasses import replace
+
+    offset = {"A100-PCIe-40GB": 0.0, "A100-SXM4-40GB": twin_gap, "H100-SXM": 1.0,
+              "A10G": 0.8, "L4": -1.0}
+    rows = [{"family_id": f"f{i}", "hardware": h, "shape": "1/1/32",
+             "fam_hw_shape_med_r": 0.1 * i + off, "fam_hw_shape_med_y": 0.1 * i + off + 2.0}
+            for i in range(20) for h, off in offset.items()]
+    # Family g ran on every type but the PCIe twin.
+    rows += [{"family_id": "g", "hardware": h, "shape": "1/1/32", "fam_hw_shape_med_r": off,
+              "fam_hw_shape_med_y": off + 2.0} for h, off in offset.items()
+             if h != "A100-PCIe-40GB"]
+    shapes = pd.DataFrame(rows)
+    fam_hw = shapes.drop(columns="shape").rename(columns={"fam_hw_shape_med_y": "fam_hw_med_y",
+                                                          "fam_hw_shape_med_r": "fam_hw_med_r"})
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    idx = TransferIndex(fam_hw, empty, _NoRatio(), shapes)  # type: ignore[arg-type]
+    cat = Catalog([*(CAT[h] for h in CAT), replace(CAT["A100-SXM4-40GB"], name="A100-NEW")])
+    return idx, cat
+
+
+def test_a_type_nobody_ran_on_is_read_from_its_twins_where_the_window_favours_them() -> None:
+    idx, cat = _twin_window()
+    # Read from its twin, every A100 cell of the window lands; from its four nearest types
+    # (its twin, A10G, H100, L4: median 0.4 off) none does.
+    assert idx.twin_distance(cat) == transfer.TWIN_DISTANCES[0]
+    fams = ["f3", "g"]
+    keys = {k: np.concatenate([_keys(f, 1)[k] for f in fams]) for k in _keys("f", 1)}
+    keys["shape"] = np.array(["1/1/32"] * 2, dtype=object)
+    for hw, want in ((["A100-NEW", "A100-NEW"], [0.3, 0.0]),
+                     # A type the window knows: its pair evidence stands, the nearest four.
+                     (["L4", "A100-PCIe-40GB"], [np.median([0.3, 0.3, 1.1, 1.3]),
+                                                  np.median([0.0, 0.8, 1.0, -1.0])])):
+        jobs = Columns.from_frame(pd.DataFrame({"family_id": fams, "hardware": hw,
+                                                "batch_size": 32, "trainer_count": 1}))
+        out = idx.features(keys, np.array(hw, dtype=object), cat, np.full(2, 3.0), jobs)
+        np.testing.assert_allclose(out["xfer_p_r"], want)
+
+
+def test_twins_that_disagree_are_read_like_any_other_types() -> None:
+    # Twins half a log apart: each misses the other's level as badly as the nearest four.
+    idx, cat = _twin_window(twin_gap=0.5)
+    assert idx.twin_distance(cat) is None

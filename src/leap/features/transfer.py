@@ -74,6 +74,11 @@ BLEND_FAMILIES = 5.0
 #: a few hundred pair rows at most. Types of the target's own vendor come first (see
 #: :meth:`TransferIndex.features`).
 PAIR_NEAREST = 4
+#: The spec distances (summed absolute log ratios of peak 16-bit FLOP/s and memory bandwidth)
+#: :meth:`TransferIndex.twin_distance` tries: up to it an observed type is the target's twin.
+TWIN_DISTANCES = (0.05, 0.1)
+#: Moves from a twin the window needs to judge twins at all.
+TWIN_MIN_CELLS = 30
 
 
 class _CatalogView(NamedTuple):
@@ -148,6 +153,7 @@ class TransferIndex:
             self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
         self._catalog: tuple[int, _CatalogView] | None = None
         self._spec_rule: tuple[int, float | None] | None = None
+        self._twin: tuple[int, float | None] | None = None
         self._shapes = self._shape_table(fam_hw_shape, fams, hw_index, n_hw)
 
     @staticmethod
@@ -184,6 +190,7 @@ class TransferIndex:
             self._fam_small = {f: i for i, f in enumerate(self.families)}
         if catalog is not None:
             self.spec_rule(catalog)
+            self.twin_distance(catalog)
 
     def _family_pos(self, family: np.ndarray) -> np.ndarray:
         if len(family) <= SMALL:
@@ -229,6 +236,28 @@ class TransferIndex:
                                                            self._view(catalog).specs))
         return self._spec_rule[1]
 
+    def twin_distance(self, catalog: Catalog) -> float | None:
+        """The spec distance up to which an observed type is the target's twin (another form
+        factor or memory size of one chip, say), or None where the window says twins are no
+        better witnesses than the :data:`PAIR_NEAREST` nearest types.
+
+        Where a family ran on twins of the target, ``xfer_p_r`` reads them alone: the physics
+        estimate behind a residual can be far off between unlike types (on the public Lambda
+        PyTorch table, by 6-20x between an RTX 4090 and an A100 for Transformer-XL), so
+        a median over the nearest few can land between two levels that are both wrong.
+        Judged on the window itself, as :meth:`spec_rule`: each (family, shape, type) that
+        ran on two types or more is read from the others, as a type new to it would be, by
+        the median residual of its nearest types (those of its vendor first) and by that of
+        its twins within each distance of :data:`TWIN_DISTANCES`; the distance whose
+        readings land the most cells within +-20% wins, given :data:`TWIN_MIN_CELLS`
+        cells with a twin and more hits than the nearest types alone. Cached per catalog.
+        """
+        if self._twin is None or self._twin[0] != id(catalog):
+            view = self._view(catalog)
+            self._twin = (id(catalog), _fit_twin_distance(self._shapes, len(self.hardware) + 1,
+                                                          view.specs, view.vendors))
+        return self._twin[1]
+
     def features(self, keys: Mapping[str, np.ndarray], hardware: np.ndarray,
                  catalog: Catalog, log_phys: np.ndarray,
                  jobs: Columns | None = None) -> dict[str, np.ndarray]:
@@ -262,7 +291,10 @@ class TransferIndex:
           family ran on any (a family's level on a vendor's software stack is something
           only its own runs there show; on the default fleet's held-out day this took the
           pair estimate on types new to their family from 53% to 58% within ±20%, see the
-          closing note of issue 10); ``xfer_p_sd``: their spread;
+          closing note of issue 10); for a type nobody ran on in the window, only the
+          family's types within :meth:`twin_distance` of it where it ran on any (on the
+          public Lambda PyTorch table, with each type held out in turn, leap went from
+          51.0% to 56.7% within +-20%); ``xfer_p_sd``: their spread;
         - ``xfer_s_r``: where the family ran on the row's own type, its residual in the
           :data:`SHAPE_NEAREST` shapes nearest to the job's that it ran there (never the
           job's own), carried to the job's shape by the shape boosters; their median
@@ -377,6 +409,11 @@ class TransferIndex:
             nearest = np.zeros_like(seen)
             nearest[np.arange(len(rows))[:, None], near] = True
             use = prefer & nearest
+            if virt.any() and (radius := self.twin_distance(catalog)) is not None:
+                # A type nobody ran on in the window: the pair model reads it through its
+                # specs alone, so where the family ran on its twins, they alone are read.
+                twin = prefer & virt[:, None] & (np.nan_to_num(dist, nan=np.inf) <= radius)
+                use = np.where(twin.any(axis=1)[:, None], twin, use)
             level_p = level_s
             if "shape" in keys and self.pairs.shape_boosters:
                 # Each row on its own type (xfer_s_r), and each type the pair estimate reads
@@ -493,19 +530,26 @@ class TransferIndex:
         out["xfer_p_sd"][rows[has]] = sd[has]
 
 
-def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
-                   ) -> float | None:
-    """:meth:`TransferIndex.spec_rule` on the family x type x shape levels ``shapes``
-    (``n_hw`` types' columns, ``specs`` their log FLOP/s and bandwidth)."""
+def _shape_moves(shapes: dict[str, np.ndarray], n_hw: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every move of one family's shape between two types in ``shapes``: ``(a, b)`` entries
+    of the table, in both directions, and each entry's type column."""
     key = shapes["key"]
-    if len(key) < 2:
-        return None
     fam, hw = key // n_hw, key % n_hw
     text_code, _ = pd.factorize(shapes["text"])
     _, group = np.unique(fam * (int(text_code.max()) + 1) + text_code, return_inverse=True)
     order = np.argsort(group, kind="stable")
     a, b = ordered_pairs(group[order])
-    a, b = order[a], order[b]
+    return order[a], order[b], hw
+
+
+def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
+                   ) -> float | None:
+    """:meth:`TransferIndex.spec_rule` on the family x type x shape levels ``shapes``
+    (``n_hw`` types' columns, ``specs`` their log FLOP/s and bandwidth)."""
+    if len(shapes["key"]) < 2:
+        return None
+    a, b, hw = _shape_moves(shapes, n_hw)
     if len(a) > SPEC_RULE_MAX_PAIRS:
         keep = np.sort(np.random.default_rng(0).choice(len(a), SPEC_RULE_MAX_PAIRS,
                                                        replace=False))
@@ -529,6 +573,52 @@ def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
     scores = [score(w * d_phys + (1.0 - w) * d_bw) for w in SPEC_RULE_SHARES]
     best = len(scores) - 1 - max(range(len(scores)), key=lambda i: scores[::-1][i])
     return None if SPEC_RULE_SHARES[best] == 1.0 else float(SPEC_RULE_SHARES[best])
+
+
+def _fit_twin_distance(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray,
+                       vendors: np.ndarray) -> float | None:
+    """:meth:`TransferIndex.twin_distance` on the family x type x shape levels ``shapes``
+    (``n_hw`` types' columns, ``specs`` their log FLOP/s and bandwidth, ``vendors``)."""
+    key = shapes["key"]
+    if len(key) < 2:
+        return None
+    a, b, hw = _shape_moves(shapes, n_hw)     # b: the cell read, a: a type it is read from
+    r = shapes["r"]
+    dist = np.abs(specs[hw[a], 0] - specs[hw[b], 0]) + np.abs(specs[hw[a], 1] - specs[hw[b], 1])
+    ok = np.isfinite(r[a]) & np.isfinite(r[b]) & np.isfinite(dist)
+    a, b, dist = a[ok], b[ok], dist[ok]
+    # Only cells with a twin at the largest distance tried can read differently.
+    twinned = np.zeros(len(key), dtype=bool)
+    twinned[b[dist <= max(TWIN_DISTANCES)]] = True
+    sel = twinned[b]
+    a, b, dist = a[sel], b[sel], dist[sel]
+    # Of the target's vendor first, as serving reads them.
+    same = vendors[hw[a]] == vendors[hw[b]]
+    has_same = np.bincount(b, weights=same, minlength=len(key)) > 0
+    keep = same | ~has_same[b]
+    a, b, dist = a[keep], b[keep], dist[keep]
+    cells = np.unique(b)
+    if len(cells) < TWIN_MIN_CELLS:
+        return None
+    srt = np.lexsort((dist, b))
+    a, b, dist = a[srt], b[srt], dist[srt]
+    rank = np.arange(len(b)) - np.searchsorted(b, b, side="left")
+
+    def hits(use: np.ndarray) -> np.ndarray:
+        has, med, _ = _row_median(b[use], r[a[use]], len(key))
+        err = np.where(has, med - r, np.nan)[cells]
+        return has[cells] & (err >= np.log(0.8)) & (err <= np.log(1.2))
+
+    nearest = hits(rank < PAIR_NEAREST)
+    best, best_hits = None, int(nearest.sum())
+    for radius in TWIN_DISTANCES:
+        twin = hits(dist <= radius)
+        has_twin = np.zeros(len(key), dtype=bool)
+        has_twin[b[dist <= radius]] = True
+        n_hits = int(np.where(has_twin[cells], twin, nearest).sum())
+        if n_hits > best_hits:
+            best, best_hits = radius, n_hits
+    return best
 
 
 def _scale(shape: np.ndarray) -> np.ndarray:
