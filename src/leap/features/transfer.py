@@ -183,9 +183,9 @@ class TransferIndex:
                 "y": y[keep][order]}
 
     def warm(self, catalog: Catalog | None = None) -> None:
-        """Build the family dict of small lookups now, and with ``catalog`` its view and
-        :meth:`spec_rule` (a fit over the window's shapes: not on the first request that
-        meets a type nobody ran on)."""
+        """Build the family dict of small lookups now, and with ``catalog`` its view,
+        :meth:`spec_rule` and :meth:`twin_distance` (fits over the window's shapes: not on
+        the first request that meets a type nobody ran on)."""
         if self._fam_small is None:
             self._fam_small = {f: i for i, f in enumerate(self.families)}
         if catalog is not None:
