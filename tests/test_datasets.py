@@ -136,7 +136,8 @@ _FIELDS = {"year": "year", "devices_per_host": "devices_per_host_typical",
 
 
 def _check_entry(name: str, hw: object, specs: pd.DataFrame, prices: pd.DataFrame) -> list[str]:
-    """Mismatches of one catalog entry against the published tables (estimates excepted)."""
+    """Mismatches of one catalog entry against the published tables (estimates and named
+    corrections excepted)."""
     row = specs.loc[name]
     notes = str(hw.notes)  # type: ignore[attr-defined]
     bad: list[str] = []
@@ -149,7 +150,9 @@ def _check_entry(name: str, hw: object, specs: pd.DataFrame, prices: pd.DataFram
         if pd.isna(published):
             if f"{field}:" not in notes:  # a missing figure must be a named estimate
                 bad.append(f"{name}.{field} = {value} has no source and no estimate note")
-        elif not math.isclose(value, float(published), rel_tol=1e-9):
+        elif not math.isclose(value, float(published), rel_tol=1e-9) and not (
+                f"{field}:" in notes and f"{float(published):g}" in notes):
+            # A correction of a published figure names the field and the figure it replaces.
             bad.append(f"{name}.{field} = {value}, published {published}")
     cost_source = str(hw.cost_source)  # type: ignore[attr-defined]
     if name in prices.index:
