@@ -24,6 +24,15 @@ def within(pred: np.ndarray, actual: np.ndarray, tolerance: float = TOLERANCE) -
         return np.abs(pred / actual - 1.0) <= tolerance
 
 
+def within_log(err: np.ndarray, tolerance: float = TOLERANCE) -> np.ndarray:
+    """:func:`within` for log errors ``log(pred) - log(actual)`` (NaN: False).
+
+    >>> within_log(np.log(np.array([0.8, 1.25, np.nan]))).tolist()
+    [True, False, False]
+    """
+    return (err >= np.log(1.0 - tolerance)) & (err <= np.log(1.0 + tolerance))
+
+
 def accuracy(pred: np.ndarray, actual: np.ndarray, weights: np.ndarray | None = None,
              tolerance: float = TOLERANCE) -> float:
     """Weighted share of rows within tolerance; rows with a missing prediction count as misses.

@@ -46,6 +46,7 @@ from leap.features.pair_rows import (
 )
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
+from leap.metrics import within_log
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0
@@ -566,7 +567,7 @@ def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
     def score(pred: np.ndarray) -> tuple[float, float]:
         """Share of moves within +-20%, then (on a tie) the smaller mean absolute log error."""
         err = pred - dy
-        return (float(np.mean((err >= np.log(0.8)) & (err <= np.log(1.2)))),
+        return (float(np.mean(within_log(err))),
                 -float(np.mean(np.abs(err))))
 
     # The last share is 1, the physics ratio itself: an exact tie keeps it.
@@ -604,18 +605,16 @@ def _fit_twin_distance(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarr
     a, b, dist = a[srt], b[srt], dist[srt]
     rank = np.arange(len(b)) - np.searchsorted(b, b, side="left")
 
-    def hits(use: np.ndarray) -> np.ndarray:
+    def hits(use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Of each cell: whether ``use`` reads it at all, and whether that lands it."""
         has, med, _ = _row_median(b[use], r[a[use]], len(key))
-        err = np.where(has, med - r, np.nan)[cells]
-        return has[cells] & (err >= np.log(0.8)) & (err <= np.log(1.2))
+        return has[cells], within_log(med - r)[cells]
 
-    nearest = hits(rank < PAIR_NEAREST)
+    _, nearest = hits(rank < PAIR_NEAREST)
     best, best_hits = None, int(nearest.sum())
     for radius in TWIN_DISTANCES:
-        twin = hits(dist <= radius)
-        has_twin = np.zeros(len(key), dtype=bool)
-        has_twin[b[dist <= radius]] = True
-        n_hits = int(np.where(has_twin[cells], twin, nearest).sum())
+        has_twin, twin = hits(dist <= radius)
+        n_hits = int(np.where(has_twin, twin, nearest).sum())
         if n_hits > best_hits:
             best, best_hits = radius, n_hits
     return best
