@@ -476,3 +476,22 @@ def test_twins_that_disagree_are_read_like_any_other_types() -> None:
     # Twins half a log apart: each misses the other's level as badly as the nearest four.
     idx, cat = _twin_window(twin_gap=0.5)
     assert idx.twin_distance(cat) is None
+
+
+def test_without_flops_the_physics_estimate_is_the_spec_proxy_not_the_batch() -> None:
+    """A job with a parameter count but no FLOPs: the weight-streaming bound is reported, but
+    the estimate residuals are read over is the hardware proxy, which no batch size moves
+    (public tables run each type at the largest batch that fits its memory)."""
+    from leap.features.physics import estimates
+
+    rows = [{"hardware": h, "trainer_count": 1, "devices_per_trainer": 1, "batch_size": b,
+             "num_params": 1.5e8, "precision": "fp16"}
+            for h in ("A100-SXM4-80GB", "H100-SXM") for b in (8, 64)]
+    est = estimates(pd.DataFrame(rows), CAT)
+    phys, stream = est["log_phys_sps"], est["log_weight_stream_sps"]
+    assert phys[0] == pytest.approx(phys[1]) and phys[2] == pytest.approx(phys[3])
+    assert stream[1] - stream[0] == pytest.approx(np.log(8.0))
+    a, h = CAT["A100-SXM4-80GB"], CAT["H100-SXM"]
+    assert phys[2] - phys[0] == pytest.approx(
+        0.5 * np.log(h.peak_bf16_tflops / a.peak_bf16_tflops)
+        + 0.5 * np.log(h.mem_bw_gb_per_s / a.mem_bw_gb_per_s))
