@@ -326,6 +326,9 @@ def test_results_json_report_and_verdicts(clean: pd.DataFrame) -> None:
     assert json.dumps(RealDataResult.from_dict(saved).to_dict()) == json.dumps(saved)
     cell = out.results["gavel"]["unseen_hardware"]
     assert set(cell) == set(preds)
+    # Point estimates have no interval to cover anything: the key is not written.
+    assert cell["knn"].interval_coverage is None and "interval_coverage" not in saved[
+        "results"]["gavel"]["unseen_hardware"]["knn"]
     assert cell[LEAP].accuracy_within_20pct == 1.0 and cell["lookup"].coverage == 0.0
     assert out.verdicts and "beats" in out.verdicts[0]
     assert verdicts(replace(out, results={"gavel": {"x": {"knn": cell["knn"]}}})) == []
@@ -413,3 +416,38 @@ def test_every_baseline_keeps_the_fit_predict_contract(clean: pd.DataFrame,
         np.testing.assert_array_equal(fitted.predict(blind), called)
     with pytest.raises(ModelError, match="not fitted yet; call fit"):
         NearestNeighbors().predict(blind)
+
+
+def test_a_predictor_with_intervals_is_scored_on_its_median_and_ranked_by_the_default_rule(
+        catalog: Catalog) -> None:
+    from leap.eval.real_reference import ranking_check
+    from leap.eval.real_splits import held_out_predictions
+
+    df = load_throughput()
+    rows = reference_rows(df)
+    exact = _oracle(rows)
+
+    def spread(width: float) -> FitPredict:
+        def fn(train: pd.DataFrame, test: pd.DataFrame, cat: Catalog) -> np.ndarray:
+            m = exact(train, test, cat)
+            return np.column_stack([m, m / width, m * width])
+        return fn
+
+    # Three columns travel through the folds; the score reads the median.
+    held = held_out_predictions(rows, {"wide": spread(1e6)}, "unseen_hardware", catalog)
+    assert held["wide"][0].shape == (len(rows), 3)
+    scores = run_protocols(rows, {"wide": spread(1e6)}, protocols=["unseen_hardware"],
+                           catalog=catalog).results["lambda_pytorch"]["unseen_hardware"]
+    assert scores["wide"].accuracy_within_20pct == 1.0
+    assert scores["wide"].interval_coverage == 1.0  # the measured figure is inside each
+    assert "interval_coverage" in scores["wide"].to_dict()
+    # Exact medians with intervals too wide to trust: the default (cautious) rule keeps the
+    # cheapest type first, as the price alone would; the median (neutral) and the low end
+    # (averse, the same factor on every type) still pick the best type every time.
+    rank = ranking_check(df, {"wide": spread(1e6), "narrow": spread(1.0)}, catalog)
+    cheap, wide = rank.methods["cheapest_type"], rank.methods["wide"]
+    assert (wide.top1_agreement, wide.mean_regret) == (cheap.top1_agreement, cheap.mean_regret)
+    assert cheap.top1_agreement < 1.0
+    for name in ("wide_neutral", "wide_averse", "narrow", "narrow_neutral"):
+        assert rank.methods[name].top1_agreement == 1.0, name
+        assert rank.methods[name].mean_regret == 0.0, name

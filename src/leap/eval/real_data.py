@@ -161,9 +161,9 @@ class AttemptsPredictor(RowPredictor):
     deterministic). Nightly-style training that builds each row's history as of its own day
     then sees a growing share of the others, as in production; the test attempts sit at
     :data:`EVAL_DAY`, where a snapshot sees every training row and no test row. ``fn``
-    returns whole-job samples/s per test attempt. With ``architecture`` False the rows'
-    architecture summaries (parameters, FLOPs per sample ...) are left blank, as the sources
-    publish them (:func:`leap.datasets.to_attempts`).
+    returns whole-job samples/s per test attempt (or rows of ``(median, p10, p90)``). With
+    ``architecture`` False the rows' architecture summaries (parameters, FLOPs per sample
+    ...) are left blank, as the sources publish them (:func:`leap.datasets.to_attempts`).
 
     A module-level ``fn`` makes the predictor picklable, so its folds can run on worker
     processes (``workers`` of :func:`run_real_data`).
@@ -192,7 +192,9 @@ class AttemptsPredictor(RowPredictor):
 
 
 def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) -> np.ndarray:
-    """Train leap's nightly model on ``train`` attempts; predict samples/s of ``test`` rows.
+    """Train leap's nightly model on ``train`` attempts; predict samples/s of ``test`` rows,
+    with their 80% intervals: rows of ``(median, p10, p90)`` (NaN bounds where the window
+    was too small to calibrate them).
 
     The same code as ``leap train`` (:func:`leap.model.train.train_window`): history as of
     each training row's day, the one feature path, the median objective. The tables are
@@ -207,7 +209,8 @@ def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) ->
     frame = frame.sort_values(["submitted_at", "attempt_id"], kind="stable")
     cfg = TrainConfig(window_days=EVAL_HISTORY_DAYS, model_kind="global")
     wm = train_window(frame.reset_index(drop=True), catalog, EVAL_DAY, cfg)
-    return wm.artifact.predict(test.to_pandas())
+    pred = wm.artifact.predict_interval(test.to_pandas())
+    return np.exp(np.column_stack([pred.log, pred.lo, pred.hi]))
 
 
 def learned_predictor() -> FitPredict | None:

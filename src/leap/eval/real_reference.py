@@ -25,7 +25,8 @@ from leap.eval.real_splits import (
     held_out_predictions,
     score,
 )
-from leap.rank.results import value
+from leap.rank.policy import order_ranking
+from leap.rank.results import DEFAULT_RISK, RISKS, RankedType, value
 from leap.records import Record
 
 
@@ -163,6 +164,12 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
     the predicted best / measured value of the best`` (0 = no loss), the best taken over
     every priced type. A configuration is ranked when at least two priced types have a
     prediction. ``predictions`` already made on :func:`reference_rows` are reused.
+
+    Types are ordered as ``leap rank`` orders them (:func:`leap.rank.policy.order_ranking`):
+    a method whose predictions carry 80% intervals is scored under the default risk rule
+    (``cautious``) under its own name and under the others as ``<name>_<rule>``; a method of
+    point estimates alone orders by predicted value (every rule is ``neutral`` without an
+    interval).
     """
     cat = catalog if catalog is not None else benchmark_catalog()
     rows = reference_rows(df)
@@ -184,18 +191,28 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
         return RankScore(ranked=len(per), top1_agreement=s["top1_agreement"],
                          mean_regret=s["mean_regret"], median_regret=s["median_regret"])
 
-    def by_prediction(pred: np.ndarray) -> Callable[[pd.DataFrame], list[str]]:
-        predicted = pd.Series(value(pred, hourly)[priced], index=frame.index)
+    def by_prediction(pred: np.ndarray, risk: str) -> Callable[[pd.DataFrame], list[str]]:
+        p50, p10, p90 = (pred.T if pred.ndim == 2 else (pred, pred * np.nan, pred * np.nan))
+        entries = {i: RankedType(
+            hardware=str(rows.at[i, "hardware"]), predicted_throughput=float(p50[i]),
+            cost_per_hour=float(hourly[i]), value=float(value(p50[i], hourly[i])),
+            predicted_utilization=None, speedup=None, devices=1,
+            cost_per_device_hour=float(hourly[i]), premium=False,
+            throughput_p10=float(p10[i]) if np.isfinite(p10[i]) else None,
+            throughput_p90=float(p90[i]) if np.isfinite(p90[i]) else None)
+            for i in frame.index if p50[i] > 0}
 
         def order(g: pd.DataFrame) -> list[str]:
-            v = predicted[g.index]
-            v = v[v > 0].sort_values(ascending=False, kind="stable")
-            return list(g.loc[v.index, "hardware"])
+            ranking = [entries[i] for i in g.index if i in entries]
+            return [r.hardware for r in order_ranking(ranking, "value", risk)]
         return order
 
     # A yardstick that needs no prediction at all: rank by price alone (cheapest first).
     out = RankingCheck(configurations=len(configs), methods={
         "cheapest_type": ranked(lambda g: cheapest_order(list(g["hardware"]), price))})
     for name, (pred, _) in preds.items():
-        out.methods[name] = ranked(by_prediction(pred))
+        out.methods[name] = ranked(by_prediction(pred, DEFAULT_RISK))
+        if pred.ndim == 2:
+            for risk in (r for r in RISKS if r != DEFAULT_RISK):
+                out.methods[f"{name}_{risk}"] = ranked(by_prediction(pred, risk))
     return out

@@ -3,7 +3,9 @@ every predictor's held-out predictions and scores (see :mod:`leap.eval.real_data
 
 A predictor is a :data:`FitPredict`: ``fn(train, test, catalog) -> predicted throughput`` per
 test row, NaN where it has no estimate (reported as lost coverage). ``test`` never carries
-the outcome columns (:data:`leap.datasets.OUTCOME_COLUMNS`).
+the outcome columns (:data:`leap.datasets.OUTCOME_COLUMNS`). A predictor with intervals
+returns three columns instead, the median and the 80% interval's ``p10`` and ``p90`` (see
+:func:`point`); scores read the median.
 """
 
 from __future__ import annotations
@@ -22,8 +24,15 @@ from leap.errors import ConfigError, ModelError, did_you_mean
 from leap.eval.parallel import Parallel
 from leap.records import Record
 
-#: ``fn(train_rows, test_rows_without_outcome, catalog) -> predicted whole-job throughput``.
+#: ``fn(train_rows, test_rows_without_outcome, catalog) -> predicted whole-job throughput``:
+#: one value per test row, or rows of ``(median, p10, p90)``.
 FitPredict = Callable[[pd.DataFrame, pd.DataFrame, Catalog], np.ndarray]
+
+
+def point(pred: np.ndarray) -> np.ndarray:
+    """The median of a :data:`FitPredict` answer, one value per row (its first column when it
+    carries an interval)."""
+    return pred[:, 0] if pred.ndim == 2 else pred
 
 
 class RowPredictor:
@@ -174,8 +183,12 @@ class Score(Record):
     """One method's held-out score on one protocol of one source (:func:`score`).
 
     ``accuracy_within_20pct`` scores the covered rows, ``accuracy_within_20pct_all`` counts
-    the others as misses; ``folds``: the fits behind it.
+    the others as misses; ``folds``: the fits behind it; ``interval_coverage``: for a method
+    with 80% intervals, the share of the rows it gave one whose measured figure lies inside
+    (written only then).
     """
+
+    OMIT_NONE = frozenset({"interval_coverage"})
 
     n: int
     n_covered: int
@@ -184,10 +197,12 @@ class Score(Record):
     accuracy_within_20pct_all: float
     median_ape: float
     folds: int
+    interval_coverage: float | None = None
 
 
 def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> Score:
-    """:func:`leap.metrics.summary` of a held-out prediction, in the real-data names.
+    """:func:`leap.metrics.summary` of a held-out prediction (its median: :func:`point`), in
+    the real-data names.
 
     A prediction that is not a positive number is no estimate (lost coverage).
 
@@ -196,7 +211,17 @@ def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> Score:
     >>> s = score(np.array([100.0, np.nan, 150.0]), np.array([110.0, 50.0, 100.0]), folds=3)
     >>> s.n_covered, s.accuracy_within_20pct, round(s.accuracy_within_20pct_all, 3)
     (2, 0.5, 0.333)
+    >>> score(np.array([[100.0, 90.0, 120.0], [100.0, 90.0, 120.0]]), np.array([110.0, 80.0]),
+    ...       folds=1).interval_coverage
+    0.5
     """
+    bounded = None
+    if pred.ndim == 2:
+        lo, hi = pred[:, 1], pred[:, 2]
+        has = np.isfinite(lo) & np.isfinite(hi)
+        bounded = float(np.mean((lo[has] <= actual[has]) & (actual[has] <= hi[has]))) \
+            if has.any() else None
+    pred = point(pred)
     covered = np.isfinite(pred) & (pred > 0)
     p = np.where(covered, pred, np.nan)
     every = metrics.summary(p, actual)
@@ -205,7 +230,7 @@ def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> Score:
         accuracy_within_20pct=(metrics.accuracy(p[covered], actual[covered])
                                if covered.any() else float("nan")),
         accuracy_within_20pct_all=every.accuracy, median_ape=every.median_ape,
-        folds=int(folds))
+        folds=int(folds), interval_coverage=bounded)
 
 
 #: ``progress(done, total, label)``: called as folds finish.
@@ -246,10 +271,11 @@ class _Fold:
 
 
 def _fit_predict(fold: _Fold) -> np.ndarray:
-    pred = np.asarray(fold.predictor(fold.train, fold.test, fold.catalog),
-                      dtype=float).reshape(-1)
-    if pred.shape != (len(fold.test),):
-        raise ModelError(f"predictor returned {pred.shape[0]} values for {len(fold.test)} "
+    pred = np.asarray(fold.predictor(fold.train, fold.test, fold.catalog), dtype=float)
+    if pred.ndim != 2 or pred.shape[1] != 3:
+        pred = pred.reshape(-1)
+    if len(pred) != len(fold.test):
+        raise ModelError(f"predictor returned {len(pred)} values for {len(fold.test)} "
                          f"test rows ({fold.where})")
     return pred
 
@@ -269,7 +295,9 @@ def held_out_predictions(frame: pd.DataFrame, predictors: Mapping[str, FitPredic
                          ) -> dict[str, tuple[np.ndarray, int]]:
     """Every predictor's held-out prediction for each row of ``frame`` (one source).
 
-    Returns ``{name: (prediction per row, folds)}``; a row no fold tests stays NaN. The
+    Returns ``{name: (prediction per row, folds)}``, with the ``(median, p10, p90)`` columns
+    of a predictor that returns them (:func:`point` reads the median); a row no fold tests
+    stays NaN. The
     folds of picklable predictors run on ``parallel`` (worker processes or Dask); the others
     (lambdas, closures) run in this process.
     """
@@ -284,18 +312,21 @@ def held_out_predictions(frame: pd.DataFrame, predictors: Mapping[str, FitPredic
                          without_outcome(frame.iloc[split.test]).reset_index(drop=True),
                          catalog, f"{split.source}, {protocol}, fold {split.fold}")
             tasks[where].append((name, split, fold))
-    out = {name: (np.full(len(frame), np.nan), len(splits)) for name in predictors}
+    out: dict[str, tuple[np.ndarray, int]] = {}
     total, done = len(tasks[True]) + len(tasks[False]), 0
     for where, runner in ((True, parallel), (False, Parallel())):
         if not tasks[where] or runner is None:
             continue
         for i, pred in runner.map(_fit_predict, [t[2] for t in tasks[where]]):
             name, split, _ = tasks[where][i]
+            if name not in out:
+                out[name] = (np.full((len(frame), *pred.shape[1:]), np.nan), len(splits))
             out[name][0][split.test] = pred
             done += 1
             if progress is not None:
                 progress(done, total, f"{split.source} {protocol} {name}")
-    return out
+    return {name: out.get(name, (np.full(len(frame), np.nan), len(splits)))
+            for name in predictors}
 
 
 def run_protocols(

@@ -250,14 +250,15 @@ def real_data_tables(result: RealDataResult) -> list[Table]:
     tables = []
     for src, by_protocol in result.results.items():
         rows = tuple((protocol, method, f"{r.n:,}", whole_pct(r.coverage),
-                      whole_pct(r.accuracy_within_20pct), whole_pct(r.median_ape))
+                      whole_pct(r.accuracy_within_20pct), whole_pct(r.median_ape),
+                      "" if r.interval_coverage is None else whole_pct(r.interval_coverage))
                      for protocol, by_method in by_protocol.items()
                      for method, r in by_method.items())
         source = result.data.sources.get(src)
         title = src if source is None else f"{src}  ({source.rows:,} rows)"
         tables.append(Table(f"real_data_{src}", title,
-                            ("protocol", "method", "n", "cov.", "±20%", "MdAPE"), rows,
-                            labels=2))
+                            ("protocol", "method", "n", "cov.", "±20%", "MdAPE",
+                             "in 80% interval"), rows, labels=2))
     ranking = result.ranking_check
     if ranking is not None:
         tables.append(Table(
