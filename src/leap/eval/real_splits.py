@@ -297,9 +297,8 @@ def held_out_predictions(frame: pd.DataFrame, predictors: Mapping[str, FitPredic
 
     Returns ``{name: (prediction per row, folds)}``, with the ``(median, p10, p90)`` columns
     of a predictor that returns them (:func:`point` reads the median); a row no fold tests
-    stays NaN. The
-    folds of picklable predictors run on ``parallel`` (worker processes or Dask); the others
-    (lambdas, closures) run in this process.
+    stays NaN. The folds of picklable predictors run on ``parallel`` (worker processes or
+    Dask); the others (lambdas, closures) run in this process.
     """
     frame = frame.reset_index(drop=True)
     splits = make_splits(frame, protocol, n_folds=n_folds, seed=seed, catalog=catalog)
