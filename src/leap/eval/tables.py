@@ -246,7 +246,8 @@ def whole_pct(v: float) -> str:
 
 def real_data_tables(result: RealDataResult) -> list[Table]:
     """The real-data evaluation (:class:`leap.eval.real_data.RealDataResult`): one table per
-    source, then the ranking on public prices when it ran."""
+    source (``in 80%``: measured figures inside a method's 80% interval, for a method with
+    intervals), then the ranking on public prices when it ran."""
     tables = []
     for src, by_protocol in result.results.items():
         rows = tuple((protocol, method, f"{r.n:,}", whole_pct(r.coverage),
@@ -257,8 +258,8 @@ def real_data_tables(result: RealDataResult) -> list[Table]:
         source = result.data.sources.get(src)
         title = src if source is None else f"{src}  ({source.rows:,} rows)"
         tables.append(Table(f"real_data_{src}", title,
-                            ("protocol", "method", "n", "cov.", "±20%", "MdAPE",
-                             "in 80% interval"), rows, labels=2))
+                            ("protocol", "method", "n", "cov.", "±20%", "MdAPE", "in 80%"),
+                            rows, labels=2))
     ranking = result.ranking_check
     if ranking is not None:
         tables.append(Table(
