@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -97,3 +98,15 @@ def test_cli_writes_the_json(sim_workspace: Workspace, tmp_path: Any) -> None:
     data = json.loads((tmp_path / "new_families.json").read_text())
     assert data["day"] == "2026-01-12" and data["model_type_groups"]["n"] > 0
     assert "new families on 2026-01-12" in res.output
+
+
+def test_a_block_counts_the_rows_inside_their_interval() -> None:
+    from leap.eval.new_families import score_block
+
+    jobs = pd.DataFrame({"throughput": [100.0, 100.0, 100.0, 100.0]})
+    pred = np.full(4, 100.0)
+    lo, hi = np.array([90.0, 101.0, np.nan, 50.0]), np.array([110.0, 120.0, 200.0, 100.0])
+    # Rows 1 and 4 are inside (bounds included), row 2 is not, row 3 has no interval.
+    assert score_block(pred, jobs, (lo, hi))["interval_coverage"] == pytest.approx(2 / 3)
+    assert "interval_coverage" not in score_block(pred, jobs)
+    assert np.isnan(score_block(pred, jobs, (lo * np.nan, hi))["interval_coverage"])

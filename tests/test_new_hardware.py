@@ -44,6 +44,9 @@ def test_held_out_type_is_scored_beside_seen(study: NewHardwareResult) -> None:
     assert b.drop_points == pytest.approx(100 * (b.seen["accuracy"] - b.held_out["accuracy"]))
     # History of the type is what the seen model has and the held-out one lacks.
     assert b.seen["median_abs_log_ratio"] < b.held_out["median_abs_log_ratio"]
+    # Both models' 80% intervals are scored on the type's attempts.
+    assert 0.0 <= b.seen["interval_coverage"] <= 1.0
+    assert 0.0 <= b.held_out["interval_coverage"] <= 1.0
     rk = b.ranking
     assert rk is not None and rk.type_is_best is not None
     assert rk.n_sampled > 0 and 0 <= rk.type_is_best <= 1

@@ -51,7 +51,9 @@ def new_hardware_tables(nh: NewHardwareResult) -> list[Table]:
         cheap_rk = rk.model(CHEAPEST) if rk is not None else {}
         type_is_best = rk.type_is_best if rk is not None else None
         rows.append((name, f"{int(b.n):,}", pct(_get(b.seen or {}, "accuracy")),
-                     pct(_get(b.held_out or {}, "accuracy")), _num(b.drop_points, ".1f"),
+                     pct(_get(b.held_out or {}, "accuracy")),
+                     pct(_get(b.held_out or {}, "interval_coverage")),
+                     _num(b.drop_points, ".1f"),
                      f"{int(rk.n_sampled if rk is not None else 0):,}",
                      _num(_get(seen_rk, "mean_regret")), _num(_get(held_rk, "mean_regret")),
                      _num(_get(cheap_rk, "mean_regret")), pct(_get(held_rk, "top1_agreement")),
@@ -60,7 +62,8 @@ def new_hardware_tables(nh: NewHardwareResult) -> list[Table]:
                      pct(math.nan if type_is_best is None else type_is_best)))
     tables = [Table("new_hardware", f"types held out of training, scored on "
                     f"{nh.day} beside the same type seen",
-                    ("type", "attempts", "±20% seen", "±20% held out", "drop (points)",
+                    ("type", "attempts", "±20% seen", "±20% held out",
+                     "in 80% interval held out", "drop (points)",
                      "jobs ranked", "regret seen", "regret held out", "regret cheapest",
                      "top-1 held out", "top-1 cheapest", "picked (seen)",
                      "picked (held out)", "truly best"), tuple(rows))]

@@ -132,11 +132,19 @@ def _blank(jobs: pd.DataFrame) -> pd.DataFrame:
     return jobs.assign(**{c: np.nan for c in cols})
 
 
-def score_block(pred: np.ndarray, jobs: pd.DataFrame) -> dict[str, float]:
+def score_block(pred: np.ndarray, jobs: pd.DataFrame,
+                interval: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
     """Accuracy figures of ``pred`` against the measured throughput of ``jobs``, with the
-    median (absolute) log ratio: the sign and size of the typical miss."""
+    median (absolute) log ratio: the sign and size of the typical miss; with ``interval``
+    (each row's 80% bounds, samples/s) also ``interval_coverage``, the share of rows with
+    bounds whose measured figure lies inside (NaN when no row has them)."""
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     out: dict[str, float] = metrics.summary(pred, actual, recorded_device_hours(jobs)).to_dict()
+    if interval is not None:
+        lo, hi = interval
+        has = np.isfinite(lo) & np.isfinite(hi)
+        out["interval_coverage"] = float(np.mean(
+            (lo[has] <= actual[has]) & (actual[has] <= hi[has]))) if has.any() else float("nan")
     # The sign of the miss: MdAPE caps an under-prediction at 100% but not an over-prediction,
     # so a model that predicts ~0 can "beat" one that predicts 2x on MdAPE alone.
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -149,12 +157,19 @@ def score_block(pred: np.ndarray, jobs: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def score_model(model: WindowModel, jobs: pd.DataFrame) -> dict[str, float]:
+    """:func:`score_block` of ``model``'s predictions for ``jobs``, with their 80% intervals
+    (``interval_coverage``)."""
+    pred = model.artifact.predict_interval(jobs)
+    return score_block(np.exp(pred.log), jobs, (np.exp(pred.lo), np.exp(pred.hi)))
+
+
 def _compare(seen: WindowModel, held_out: WindowModel, jobs: pd.DataFrame) -> FamilyComparison:
     """Seen / held out with prior / held out without prior on the same ``jobs``."""
     if not len(jobs):
         return FamilyComparison(n=0)
-    seen_block = score_block(seen.artifact.predict(jobs), jobs)
-    with_prior = score_block(held_out.artifact.predict(jobs), jobs)
+    seen_block = score_model(seen, jobs)
+    with_prior = score_model(held_out, jobs)
     without_prior = score_block(held_out.artifact.predict(_blank(jobs)), jobs)
     return FamilyComparison(
         n=len(jobs),

@@ -29,7 +29,7 @@ from leap.catalog import Catalog
 from leap.data.usage import device_hours
 from leap.errors import CatalogError, ConfigError, ParamError, did_you_mean
 from leap.eval.baselines import CHEAPEST, cheapest_order
-from leap.eval.new_families import TrainSettings, score_block
+from leap.eval.new_families import TrainSettings, score_block, score_model
 from leap.eval.oracle import oracle_fleet
 from leap.eval.rank_quality import order_quality, summarize_quality
 from leap.model.train import WindowModel, train_window
@@ -330,8 +330,8 @@ def new_hardware_study(store: Store, catalog: Catalog, cfg: TrainConfig | None =
         held_block: dict[str, float] | None = None
         drop: float | None = None
         if len(jobs):
-            seen_block = score_block(seen.artifact.predict(jobs), jobs)
-            held_block = score_block(held.artifact.predict(jobs), jobs)
+            seen_block = score_model(seen, jobs)
+            held_block = score_model(held, jobs)
             drop = 100 * (seen_block["accuracy"] - held_block["accuracy"])
         ranking: TypeRanking | None = None
         if fleet is not None:
