@@ -33,6 +33,19 @@ def within_log(err: np.ndarray, tolerance: float = TOLERANCE) -> np.ndarray:
     return (err >= np.log(1.0 - tolerance)) & (err <= np.log(1.0 + tolerance))
 
 
+def interval_coverage(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float | None:
+    """Share of the rows with both bounds whose ``actual`` lies in ``[lo, hi]`` (None when no
+    row has an interval).
+
+    >>> interval_coverage(np.array([1., 5., 3.]), np.array([0., 0., np.nan]), np.full(3, 2.))
+    0.5
+    """
+    has = np.isfinite(lo) & np.isfinite(hi)
+    if not has.any():
+        return None
+    return float(np.mean((lo[has] <= actual[has]) & (actual[has] <= hi[has])))
+
+
 def accuracy(pred: np.ndarray, actual: np.ndarray, weights: np.ndarray | None = None,
              tolerance: float = TOLERANCE) -> float:
     """Weighted share of rows within tolerance; rows with a missing prediction count as misses.

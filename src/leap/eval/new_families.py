@@ -141,10 +141,8 @@ def score_block(pred: np.ndarray, jobs: pd.DataFrame,
     actual = jobs["throughput"].to_numpy(dtype=np.float64)
     out: dict[str, float] = metrics.summary(pred, actual, recorded_device_hours(jobs)).to_dict()
     if interval is not None:
-        lo, hi = interval
-        has = np.isfinite(lo) & np.isfinite(hi)
-        out["interval_coverage"] = float(np.mean(
-            (lo[has] <= actual[has]) & (actual[has] <= hi[has]))) if has.any() else float("nan")
+        covered = metrics.interval_coverage(actual, *interval)
+        out["interval_coverage"] = float("nan") if covered is None else covered
     # The sign of the miss: MdAPE caps an under-prediction at 100% but not an over-prediction,
     # so a model that predicts ~0 can "beat" one that predicts 2x on MdAPE alone.
     with np.errstate(divide="ignore", invalid="ignore"):

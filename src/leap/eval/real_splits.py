@@ -215,12 +215,8 @@ def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> Score:
     ...       folds=1).interval_coverage
     0.5
     """
-    bounded = None
-    if pred.ndim == 2:
-        lo, hi = pred[:, 1], pred[:, 2]
-        has = np.isfinite(lo) & np.isfinite(hi)
-        bounded = float(np.mean((lo[has] <= actual[has]) & (actual[has] <= hi[has]))) \
-            if has.any() else None
+    bounded = metrics.interval_coverage(actual, pred[:, 1], pred[:, 2]) \
+        if pred.ndim == 2 else None
     pred = point(pred)
     covered = np.isfinite(pred) & (pred > 0)
     p = np.where(covered, pred, np.nan)
