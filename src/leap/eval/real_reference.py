@@ -191,19 +191,24 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
         return RankScore(ranked=len(per), top1_agreement=s["top1_agreement"],
                          mean_regret=s["mean_regret"], median_regret=s["median_regret"])
 
-    def by_prediction(pred: np.ndarray, risk: str) -> Callable[[pd.DataFrame], list[str]]:
-        p50, p10, p90 = (pred.T if pred.ndim == 2 else (pred, pred * np.nan, pred * np.nan))
-        entries = {i: RankedType(
+    def entries(pred: np.ndarray) -> dict[int, RankedType]:
+        """The ranker's entry of each priced row with a prediction (interval where given)."""
+        nan = np.full(len(rows), np.nan)
+        p50, p10, p90 = pred.T if pred.ndim == 2 else (pred, nan, nan)
+
+        def bound(x: float) -> float | None:
+            return float(x) if np.isfinite(x) else None
+        return {i: RankedType(
             hardware=str(rows.at[i, "hardware"]), predicted_throughput=float(p50[i]),
             cost_per_hour=float(hourly[i]), value=float(value(p50[i], hourly[i])),
             predicted_utilization=None, speedup=None, devices=1,
             cost_per_device_hour=float(hourly[i]), premium=False,
-            throughput_p10=float(p10[i]) if np.isfinite(p10[i]) else None,
-            throughput_p90=float(p90[i]) if np.isfinite(p90[i]) else None)
+            throughput_p10=bound(p10[i]), throughput_p90=bound(p90[i]))
             for i in frame.index if p50[i] > 0}
 
+    def by_rule(entry: dict[int, RankedType], risk: str) -> Callable[[pd.DataFrame], list[str]]:
         def order(g: pd.DataFrame) -> list[str]:
-            ranking = [entries[i] for i in g.index if i in entries]
+            ranking = [entry[i] for i in g.index if i in entry]
             return [r.hardware for r in order_ranking(ranking, "value", risk)]
         return order
 
@@ -211,8 +216,9 @@ def ranking_check(df: pd.DataFrame, predictors: Mapping[str, FitPredict],
     out = RankingCheck(configurations=len(configs), methods={
         "cheapest_type": ranked(lambda g: cheapest_order(list(g["hardware"]), price))})
     for name, (pred, _) in preds.items():
-        out.methods[name] = ranked(by_prediction(pred, DEFAULT_RISK))
+        entry = entries(pred)
+        out.methods[name] = ranked(by_rule(entry, DEFAULT_RISK))
         if pred.ndim == 2:
             for risk in (r for r in RISKS if r != DEFAULT_RISK):
-                out.methods[f"{name}_{risk}"] = ranked(by_prediction(pred, risk))
+                out.methods[f"{name}_{risk}"] = ranked(by_rule(entry, risk))
     return out
