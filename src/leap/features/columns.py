@@ -159,7 +159,8 @@ class Columns:
             out = np.full(self.n, None, dtype=object)
         else:
             out = np.array(arr, dtype=object)
-            if arr.dtype.kind == "O":
+            # A request's texts are never missing: no pandas call for them.
+            if arr.dtype.kind == "O" and not (self.n <= SMALL and set(map(type, out)) == {str}):
                 out[pd.isna(out)] = None
         if self._obj is not None:
             out.flags.writeable = False
@@ -196,12 +197,36 @@ def vocab_codes(values: Sequence[Any] | np.ndarray, vocab: Sequence[str]) -> np.
 
     >>> vocab_codes(np.array(["b", None, "z", "b"], dtype=object), ["a", "b"]).tolist()
     [1.0, nan, nan, 1.0]
+    >>> vocab_codes(np.array(["b", "b"], dtype=object), ["a", "b"]).tolist()
+    [1.0, 1.0]
     """
-    pos = {v: float(i) for i, v in enumerate(vocab)}
-    codes, distinct = factorize(np.asarray(values, dtype=object))
+    values = np.asarray(values, dtype=object)
+    if 0 < len(values) <= SMALL and len(one := set(values)) == 1:  # a request's job column
+        v = one.pop()
+        return np.full(len(values), _vocab_positions(vocab).get(v, np.nan)
+                       if isinstance(v, str) else np.nan)
+    pos = _vocab_positions(vocab)
+    codes, distinct = factorize(values)
     per = np.array([pos.get(v, np.nan) if isinstance(v, str) else np.nan for v in distinct],
                    dtype=np.float64)
     return per[codes] if len(per) else np.full(len(codes), np.nan)
+
+
+_VOCAB_POSITIONS: dict[int, tuple[Sequence[str], dict[str, float]]] = {}
+
+
+def _vocab_positions(vocab: Sequence[str]) -> dict[str, float]:
+    """Each value of ``vocab`` to its position (as a float), built once per vocabulary
+    object: a model's vocabularies are read on every request. Vocabularies are never
+    changed in place."""
+    hit = _VOCAB_POSITIONS.get(id(vocab))
+    if hit is not None and hit[0] is vocab:
+        return hit[1]
+    pos = {v: float(i) for i, v in enumerate(vocab)}
+    if len(_VOCAB_POSITIONS) > 256:  # vocabularies of models long gone
+        _VOCAB_POSITIONS.clear()
+    _VOCAB_POSITIONS[id(vocab)] = (vocab, pos)
+    return pos
 
 
 def stack(columns: Mapping[str, np.ndarray], names: Sequence[str], n: int) -> np.ndarray:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.features.columns import Columns, factorize, stack, vocab_codes
-from leap.features.physics import activation_bytes, estimates, hardware_specs, peak_flops
+from leap.features.physics import activation_bytes, estimates_on_specs
 
 #: Family halves for cross-fitting.
 FOLDS = 2
@@ -94,9 +94,17 @@ def _vendors(names: np.ndarray, catalog: Catalog) -> np.ndarray:
 
 
 def _phys_r(jobs: Columns, catalog: Catalog) -> dict[str, np.ndarray]:
-    est = estimates(jobs, catalog)
-    est["log_phys_sps"] = np.nan_to_num(est["log_phys_sps"], nan=0.0)  # as history's ``r``
-    return est
+    return _phys_specs(jobs, catalog)[0]
+
+
+def _phys_specs(jobs: Columns, catalog: Catalog
+                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+    """The physics estimates of ``jobs`` with a missing ``log_phys_sps`` read as 0 (as
+    history's ``r`` is), each row's spec figures and its log peak FLOP/s."""
+    est, specs, peak = estimates_on_specs(jobs, catalog)
+    est["log_phys_sps"] = np.nan_to_num(est["log_phys_sps"], nan=0.0)
+    with np.errstate(divide="ignore"):
+        return est, specs, np.log(peak)
 
 
 def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Catalog,
@@ -115,8 +123,7 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
     combo, inv = np.unique(np.concatenate([job, job]) * len(names) + hcode, return_inverse=True)
     on = jobs.take(combo // len(names)).with_hardware(np.asarray(names, dtype=object)[
         combo % len(names)])
-    est = _phys_r(on, catalog)
-    specs = hardware_specs(catalog, on.obj("hardware"))
+    est, specs, peak = _phys_specs(on, catalog)
     ia, ib = inv[:n], inv[n:]
     f: dict[str, np.ndarray] = {}
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -124,7 +131,6 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
             f[f"d_{k}"] = est[k][ib] - est[k][ia]
         for k in _PHYS_BOTH:
             f[f"a_{k}"], f[f"b_{k}"] = est[k][ia], est[k][ib]
-        peak = np.log(peak_flops(on.obj("precision"), specs))
         f["d_peak"], f["a_peak"] = peak[ib] - peak[ia], peak[ia]
         per_device = np.fmax(on.num("batch_size"), 1.0) / np.fmax(
             on.num("devices_per_trainer"), 1.0)
@@ -201,20 +207,22 @@ def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
     job = np.arange(n) if job is None else np.asarray(job, dtype=np.int64)
     on_b = jobs.take(job)
     a = np.where(np.asarray(a_shape, dtype=np.float64) > 0, a_shape, np.nan)
-    on_a = on_b.replace({c: a[:, i] for i, c in enumerate(SHAPE_COLUMNS)})
+    # Shape A's rows, then the job's own (B): one pass of the physics for both.
+    both = jobs.take(np.concatenate([job, job])).replace(
+        {c: np.concatenate([a[:, i], on_b.num(c)]) for i, c in enumerate(SHAPE_COLUMNS)})
+    est, specs, peak = _phys_specs(both, catalog)
+    logs = _shape_logs(both)
     f: dict[str, np.ndarray] = {}
     with np.errstate(divide="ignore", invalid="ignore"):
-        for s, on in (("a", on_a), ("b", on_b)):
-            f.update({f"{s}_{k}": v for k, v in _shape_logs(on).items()})
-            est = _phys_r(on, catalog)
-            f.update({f"{s}_{k}": est[k] for k in _SHAPE_PHYS})
+        for s, part in (("a", slice(0, n)), ("b", slice(n, 2 * n))):
+            f.update({f"{s}_{k}": v[part] for k, v in logs.items()})
+            f.update({f"{s}_{k}": est[k][part] for k in _SHAPE_PHYS})
         for k in (*_SHAPE_LOGS, *_SHAPE_PHYS[:3]):
             f[f"d_{k}"] = f[f"b_{k}"] - f[f"a_{k}"]
         hardware = on_b.obj("hardware")
-        specs = hardware_specs(catalog, hardware)
-        f["peak"] = np.log(peak_flops(on_b.obj("precision"), specs))
+        f["peak"] = peak[n:]
         for k in _SPECS:
-            f[f"hw_{k}"] = np.log(specs[k])
+            f[f"hw_{k}"] = np.log(specs[k][n:])
         for c in _SHAPE_JOB:
             f[f"log_{c}"] = np.log(on_b.num(c))
     for c in ("tensor_parallel", "pipeline_parallel", "num_layers"):

@@ -43,15 +43,27 @@ def peak_flops(precision: np.ndarray, specs: dict[str, np.ndarray]) -> np.ndarra
     """Peak dense FLOP/s per device for each row's precision on each row's hardware."""
     bf16 = specs["peak_bf16_tflops"] * 1e12
     fp32 = specs["peak_fp32_tflops"] * 1e12
-    kind = np.array([_PEAK_KIND.get(p, 3) for p in precision], dtype=np.int64) \
-        if len(precision) <= SMALL else (pd.Series(precision, dtype=object).map(_PEAK_KIND)
-                                         .fillna(3).to_numpy(dtype=np.int64))
     # TF32 tensor cores run at about half the 16-bit rate where they exist (NVIDIA Ampere on,
     # the same generations that brought bf16); never below fp32. bf16 on a type without bf16
     # tensor cores (V100, T4) runs at the fp32 rate.
     old = specs["bf16_native"] == 0.0
-    tf32 = np.where(old, fp32, np.maximum(bf16 / 2.0, fp32))
-    return np.choose(kind, [fp32, tf32, np.where(old, fp32, bf16), bf16])
+
+    def rate(kind: int) -> np.ndarray:
+        if kind == 0:
+            return fp32
+        if kind == 1:
+            return np.where(old, fp32, np.maximum(bf16 / 2.0, fp32))
+        return np.where(old, fp32, bf16) if kind == 2 else bf16
+
+    if len(precision) <= SMALL:
+        distinct = set(precision)
+        if len(distinct) <= 1:  # one precision (every row of a request): its rate alone
+            return rate(_PEAK_KIND.get(distinct.pop(), 3) if distinct else 3)
+        kind = np.array([_PEAK_KIND.get(p, 3) for p in precision], dtype=np.int64)
+    else:
+        kind = pd.Series(precision, dtype=object).map(_PEAK_KIND).fillna(3).to_numpy(
+            dtype=np.int64)
+    return np.choose(kind, [rate(k) for k in range(4)])
 
 
 def activation_bytes(jobs: Columns) -> np.ndarray:
@@ -83,6 +95,14 @@ def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.nd
     0.02
     """
     cols = jobs if isinstance(jobs, Columns) else Columns.from_frame(jobs)
+    return estimates_on_specs(cols, catalog)[0]
+
+
+def estimates_on_specs(cols: Columns, catalog: Catalog
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+    """:func:`estimates`, with what it read on the way: each row's spec figures
+    (:func:`hardware_specs`) and its peak FLOP/s (:func:`peak_flops`), which the pair model's
+    rows read too."""
     specs = hardware_specs(catalog, cols.obj("hardware"))
     mem_gb = specs["memory_gb"]
     mem_bw = specs["mem_bw_gb_per_s"] * 1e9
@@ -130,7 +150,7 @@ def estimates(jobs: Columns | pd.DataFrame, catalog: Catalog) -> dict[str, np.nd
         "mem_fit": _finite(mem_fit),
         "log_phys_sps": _finite(log_phys),
         "log_devices": np.log(devices),
-    }
+    }, specs, peak
 
 
 def _finite(x: np.ndarray) -> np.ndarray:
