@@ -229,6 +229,16 @@ def _vocab_positions(vocab: Sequence[str]) -> dict[str, float]:
     return pos
 
 
+def nan_to(values: np.ndarray, fill: float = 0.0) -> np.ndarray:
+    """``values`` with NaN replaced by ``fill``; infinities are kept (``np.nan_to_num``
+    replaces them too, at five times the cost on a request's few rows).
+
+    >>> nan_to(np.array([1.0, np.nan, np.inf]), -1.0).tolist()
+    [1.0, -1.0, inf]
+    """
+    return np.where(np.isnan(values), fill, values)
+
+
 def stack(columns: Mapping[str, np.ndarray], names: Sequence[str], n: int) -> np.ndarray:
     """The float64 matrix of ``columns[name]`` for each of ``names``, one column each (what
     ``np.column_stack`` gives, without its per-column copies into 2-D views).

@@ -21,7 +21,7 @@ import pyarrow as pa
 from leap.catalog import Catalog
 from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS, PRECISIONS
 from leap.errors import ArtifactError, DataError
-from leap.features.columns import SMALL, Columns, factorize, stack, vocab_codes
+from leap.features.columns import SMALL, Columns, factorize, nan_to, stack, vocab_codes
 from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
@@ -252,7 +252,7 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
             cols[name] = block[:, j]
     keys["model_category"] = cols_in.text("model_category")
     keys["precision"] = cols_in.text("precision")
-    phys0 = np.nan_to_num(phys["log_phys_sps"], nan=0.0)
+    phys0 = nan_to(phys["log_phys_sps"])  # finite or NaN: no infinities
     cols.update(snapshot.transfer.features(keys, hardware, catalog, phys0, cols_in))
     best = np.full(n, np.nan)
     level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import Columns, factorize, stack, vocab_codes
+from leap.features.columns import Columns, factorize, nan_to, stack, vocab_codes
 from leap.features.physics import activation_bytes, estimates_on_specs
 
 #: Family halves for cross-fitting.
@@ -102,7 +102,7 @@ def _phys_specs(jobs: Columns, catalog: Catalog
     """The physics estimates of ``jobs`` with a missing ``log_phys_sps`` read as 0 (as
     history's ``r`` is), each row's spec figures and its log peak FLOP/s."""
     est, specs, peak = estimates_on_specs(jobs, catalog)
-    est["log_phys_sps"] = np.nan_to_num(est["log_phys_sps"], nan=0.0)
+    est["log_phys_sps"] = nan_to(est["log_phys_sps"])
     with np.errstate(divide="ignore"):
         return est, specs, np.log(peak)
 

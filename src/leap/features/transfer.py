@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import SMALL, Columns, factorize, key_column, positions
+from leap.features.columns import SMALL, Columns, factorize, key_column, nan_to, positions
 from leap.features.pair_rows import (
     JOB_FEATURE_COLUMNS,
     SHAPE_NEAREST,
@@ -356,7 +356,7 @@ class TransferIndex:
         specs = view.specs
         t = np.array([view.specs_by_name.get(h, _NO_SPECS) for h in hardware[rows]]
                      ).reshape(-1, 2)
-        phys_b = np.nan_to_num(log_phys[rows])
+        phys_b = nan_to(log_phys[rows])
         # A type nobody ran on in the window: carried by the spec rule the window's own
         # cross-type moves favour, where one beats the physics ratio (see `spec_rule`).
         virt = (b == virtual) & np.isfinite(t).all(axis=1)
@@ -368,7 +368,7 @@ class TransferIndex:
             on = jobs.take(rows[virt][vr]).with_hardware(np.asarray(self.hardware,
                                                                     dtype=object)[va])
             phys_a = np.full((int(virt.sum()), seen.shape[1]), np.nan)
-            phys_a[vr, va] = np.nan_to_num(estimates(on, catalog)["log_phys_sps"], nan=0.0)
+            phys_a[vr, va] = nan_to(estimates(on, catalog)["log_phys_sps"])
             move_phys = phys_b[virt, None] - phys_a
             move_bw = t[virt, None, 1] - specs[None, :, 1]
             spec_r = level_s[virt] + (1.0 - share) * (move_bw - move_phys)
@@ -378,7 +378,7 @@ class TransferIndex:
         has = wsum > 0
         est0 = np.where(seen, est, 0.0)
         mean = np.where(has, (w * est0).sum(axis=1) / np.where(has, wsum, 1.0), np.nan)
-        var = np.where(has, (w * (est0 - np.nan_to_num(mean)[:, None]) ** 2).sum(axis=1)
+        var = np.where(has, (w * (est0 - nan_to(mean)[:, None]) ** 2).sum(axis=1)
                        / np.where(has, wsum, 1.0), np.nan)
         dist = np.abs(specs[None, :, 0] - t[:, None, 0]) + np.abs(specs[None, :, 1] - t[:, None, 1])
         # The same observed types, carried by the gain share instead of the pair differences.
@@ -405,7 +405,7 @@ class TransferIndex:
                                 dtype=object)
             same = seen & (view.vendors[None, :] == t_vendor[:, None])
             prefer = np.where(same.any(axis=1)[:, None], same, seen)
-            near = np.argsort(np.where(prefer, np.nan_to_num(dist, nan=1e9), np.inf), axis=1,
+            near = np.argsort(np.where(prefer, nan_to(dist, 1e9), np.inf), axis=1,
                               kind="stable")[:, :PAIR_NEAREST]
             nearest = np.zeros_like(seen)
             nearest[np.arange(len(rows))[:, None], near] = True
@@ -413,7 +413,7 @@ class TransferIndex:
             if virt.any() and (radius := self.twin_distance(catalog)) is not None:
                 # A type nobody ran on in the window: the pair model reads it through its
                 # specs alone, so where the family ran on its twins, they alone are read.
-                twin = prefer & virt[:, None] & (np.nan_to_num(dist, nan=np.inf) <= radius)
+                twin = prefer & virt[:, None] & (nan_to(dist, np.inf) <= radius)
                 use = np.where(twin.any(axis=1)[:, None], twin, use)
             level_p = level_s
             if "shape" in keys and self.pairs.shape_boosters:
