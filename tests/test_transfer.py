@@ -15,7 +15,7 @@ from leap.catalog import Catalog
 from leap.config import Workspace
 from leap.data.store import Store
 from leap.features import transfer
-from leap.features.columns import Columns
+from leap.features.columns import SMALL, Columns
 from leap.features.encode import (
     FEATURE_NAMES,
     NOVELTY_GROUPS,
@@ -108,10 +108,13 @@ def test_transfer_features_are_the_same_for_one_row_and_many() -> None:
     idx = _index({("f", "A100-SXM4-80GB"): 0.5, ("g", "L4"): 0.1},
                  [("all", "bf16", "A100-SXM4-80GB", "L4", -0.3, 40.0, -3.0, 5.0),
                   ("cat", "vision/bf16", "A100-SXM4-80GB", "L4", -0.2, 8.0)])
-    hw = np.array(["L4", "T4", "H100-SXM"] * 60, dtype=object)
-    keys = {k: np.concatenate([v, _keys("g", 90)[k]]) for k, v in _keys("f", 90).items()}
+    # More rows than the dict lookups of a few rows take (SMALL): both paths are compared.
+    half = 3 * (SMALL // 6 + 10)
+    hw = np.array(["L4", "T4", "H100-SXM"] * (2 * half // 3), dtype=object)
+    keys = {k: np.concatenate([v, _keys("g", half)[k]]) for k, v in _keys("f", half).items()}
     big = idx.features(keys, hw, CAT, np.full(len(hw), 3.0))
-    for i in (0, 1, 2, 95):
+    assert len(hw) == 2 * half > SMALL
+    for i in (0, 1, 2, 95, half + 4):
         one = idx.features({k: v[i:i + 1] for k, v in keys.items()}, hw[i:i + 1], CAT,
                            np.full(1, 3.0))
         for name, arr in big.items():
@@ -346,15 +349,16 @@ def test_encoding_in_blocks_gives_the_same_rows(trained_workspace: Workspace,
                                                 attempts: pd.DataFrame,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows are encoded a block at a time (bounded memory on a large day); any block size,
-    a last block small enough for the request path included, gives the same matrix."""
+    blocks small enough for the request path's dict lookups included, gives the same
+    matrix as the whole, whose lookups go through pandas."""
     import leap.features.encode as encode_module
     from leap.model.artifact import Registry
 
     art = Registry(trained_workspace.models_dir).load()
     assert art.snapshot.pairs is not None, "the pair and shape estimates are exercised"
-    day = attempts[attempts["submitted_at"] >= SMALL_AS_OF - timedelta(days=1)].iloc[:1000]
+    day = attempts.iloc[-(SMALL + 300):]  # the latest rows, more than the dict paths take
     whole = encode(day, art.snapshot, CAT, art.full_spec)
-    monkeypatch.setattr(encode_module, "ENCODE_CHUNK_ROWS", 300)  # 300 x 3 + 100 rows
+    monkeypatch.setattr(encode_module, "ENCODE_CHUNK_ROWS", 1000)  # blocks of 1,000 and less
     np.testing.assert_array_equal(encode(day, art.snapshot, CAT, art.full_spec), whole)
     small = encode(day, art.snapshot, CAT, art.full_spec, dtype=np.float32)
     assert small.dtype == np.float32
