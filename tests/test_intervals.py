@@ -203,3 +203,31 @@ def test_new_family_interval_is_the_union_of_natural_and_masked_families() -> No
     n_lo, n_hi = np.quantile(natural, [0.1, 0.9])
     assert used == n
     assert lo <= min(m_lo, n_lo) + 0.02 and hi >= max(m_hi, n_hi) - 0.02
+
+
+def test_rows_on_a_type_new_to_the_window_take_the_wider_new_type_interval() -> None:
+    """Rows encoded as if nobody had run on their type calibrate one more cell; a row on
+    such a type is covered by it where its group's interval is too narrow, and keeps its
+    group's side where that is the wider one. Without enough such rows, nothing changes."""
+    rng = np.random.default_rng(6)
+    n = 3000
+    groups = np.full(n, G["unobserved_pair_2"])
+    cal = IntervalCalibrator().fit(rng.normal(0, 0.2, n), groups,
+                                   new_type_resid=rng.normal(0.3, 0.6, 1000))
+    lo_t, hi_t, used = cal.quantiles_["new_type"]
+    assert used == 1000 and hi_t - lo_t > 1.2
+    truth = rng.normal(0.3, 0.6, n)  # rows on a new type
+    lo, hi = cal.offsets(groups, new_type=np.ones(n, bool))
+    assert 0.77 <= ((truth >= lo) & (truth <= hi)).mean() <= 0.83
+    plain_lo, plain_hi = cal.offsets(groups)
+    assert ((truth >= plain_lo) & (truth <= plain_hi)).mean() < 0.5
+    # A side where the group is wider stays the group's.
+    cal.quantiles_["new_type"] = (-0.05, 2.0, 1000)
+    lo, hi = cal.offsets(groups[:1], new_type=np.ones(1, bool))
+    assert lo[0] == plain_lo[0] and hi[0] == 2.0
+    assert IntervalCalibrator.from_json(cal.to_json()).quantiles_ == cal.quantiles_
+    few = IntervalCalibrator().fit(rng.normal(0, 0.2, n), groups,
+                                   new_type_resid=rng.normal(0, 1.0, 29))
+    assert "new_type" not in few.quantiles_
+    np.testing.assert_array_equal(few.offsets(groups, new_type=np.ones(n, bool))[0],
+                                  few.offsets(groups)[0])

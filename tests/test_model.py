@@ -21,14 +21,14 @@ from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.store import Store
 from leap.errors import ArtifactError, ModelError, QualityGateError
-from leap.features.encode import FEATURE_VERSION, FeatureSpec, encode, jobs_frame
+from leap.features.encode import FEATURE_NAMES, FEATURE_VERSION, FeatureSpec, encode, jobs_frame
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.model.artifact import Registry, load_artifact, write_artifact
 from leap.model.cascade import CascadeModel, GBMParams, GlobalModel
 from leap.model.parity import check_parity
 from leap.model.split import NoveltySplitModel, model_from_files
 from leap.model.train import train_nightly
-from leap.model.window import build_training_set, load_attempts
+from leap.model.window import build_training_set, load_attempts, new_type_rows
 
 CAT = Catalog.default()
 runner = CliRunner()
@@ -283,6 +283,43 @@ def test_artifact_round_trip_predicts_identically(trained_workspace: Workspace,
     np.testing.assert_array_equal(loaded.predict(jobs), art.predict(jobs))
     for a, b in zip(loaded.predict_interval(jobs), art.predict_interval(jobs), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_type_new_to_the_window_gets_its_own_calibrated_interval(
+        trained_workspace: Workspace, attempts: pd.DataFrame) -> None:
+    """Training calibrates a cell from validation rows encoded as if nobody had run on their
+    type; serving gives rows on a type absent from the snapshot at least that interval."""
+    art = Registry(trained_workspace.models_dir).load()
+    assert art.intervals is not None
+    lo_t, hi_t, used = art.intervals.quantiles_["new_type"]
+    assert used >= art.intervals.min_rows and lo_t < 0 < hi_t
+    jobs = attempts[attempts["submitted_at"] >= SMALL_AS_OF].head(400)
+    known = art.predict_interval(jobs)
+    hw = str(jobs["hardware"].iloc[0])
+    on = (jobs["hardware"] == hw).to_numpy()
+    # The same rows as if nobody had run on that type in the window.
+    art._absent = art._absent_types().copy()
+    art._absent[art.spec.vocab["hardware"].index(hw)] = True
+    new = art.predict_interval(jobs)
+    assert np.all(new.lo[on] - new.log[on] <= lo_t + 1e-12)
+    assert np.all(new.hi[on] - new.log[on] >= hi_t - 1e-12)
+    for a, b in zip(new, known, strict=True):
+        np.testing.assert_array_equal(a[~on], b[~on])
+
+
+def test_validation_rows_of_a_hidden_type_carry_no_history_of_it(
+        sim_workspace: Workspace, attempts: pd.DataFrame) -> None:
+    cfg = small_train_config(pair_model=False)
+    catalog = Catalog.default()
+    builder = HistoryBuilder(prepare_history(attempts, catalog), lookback_days=cfg.lookback_days)
+    X, y = new_type_rows(attempts, builder, catalog, SMALL_AS_OF, cfg,
+                         FeatureSpec.fit(attempts, catalog))
+    builder.close()
+    assert len(X) == len(y) > 100 and np.isfinite(y).all()
+    names = list(FEATURE_NAMES)
+    # Nothing of the type itself: no family level on it, no model type's level on it.
+    for col in ("fam_hw_n", "fam_hw_shape_n", "mt_hw_n"):
+        assert np.isnan(X[:, names.index(col)]).all(), col
 
 
 def test_corrupt_or_foreign_artifacts_are_refused_clearly(fresh_copy: Workspace) -> None:

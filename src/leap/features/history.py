@@ -370,12 +370,15 @@ class HistoryBuilder:
         self._groups.clear()
         self._plain.clear()
 
-    def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None) -> Snapshot:
+    def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None,
+                 exclude_hardware: Sequence[str] = ()) -> Snapshot:
         """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``.
 
         ``exclude`` (columns ``family_id``, ``hardware``) removes every attempt of those
         (family, type) pairs first: the snapshot is exactly the one a fleet would have had if
         those families had never run on those types (how training learns to transfer).
+        ``exclude_hardware`` removes every attempt on those types: the fleet as it would have
+        been had nobody run on them (how training calibrates a new type's interval).
         """
         if as_of.tzinfo is None:
             raise ValueError("as_of must be timezone-aware (UTC)")
@@ -384,13 +387,17 @@ class HistoryBuilder:
             as_of - timedelta(days=self.lookback_days), as_of,
             as_of - timedelta(days=RECENT_DAYS)))
         kept = excluded = None
-        if exclude is not None and len(exclude):
-            family = self._encode_labels("family_id", exclude["family_id"])
-            hw = self._encode_labels("hardware", exclude["hardware"])
-            known = (family >= 0) & (hw >= 0)
-            excluded = np.zeros(len(self._labels["family_id"]) * len(self._labels["hardware"]),
-                                dtype=bool)
-            excluded[family[known] * len(self._labels["hardware"]) + hw[known]] = True
+        if (exclude is not None and len(exclude)) or len(exclude_hardware):
+            n_hw = len(self._labels["hardware"])
+            excluded = np.zeros(len(self._labels["family_id"]) * n_hw, dtype=bool)
+            if exclude is not None and len(exclude):
+                family = self._encode_labels("family_id", exclude["family_id"])
+                hw = self._encode_labels("hardware", exclude["hardware"])
+                known = (family >= 0) & (hw >= 0)
+                excluded[family[known] * n_hw + hw[known]] = True
+            if len(exclude_hardware):
+                hidden = self._encode_labels("hardware", pd.Series(list(exclude_hardware)))
+                excluded.reshape(-1, n_hw)[:, hidden[hidden >= 0]] = True
             kept = ~excluded[self._pair]
         # A group of a level keyed by (family, type) holds the rows of one pair: it is either
         # excluded whole or has exactly the rows, and so the statistics, it has without

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -131,12 +132,15 @@ class Artifact:
         base = base_margin(X, self.spec, self.fallback_log_tp)
         pred = np.asarray(self.model.predict(X, base=base))
         names = list(self.spec.names)
-        if len(X) and "hist_est" in names and "hardware" in names:
-            code = X[:, names.index("hardware")]
-            new_type = np.isfinite(X[:, names.index("hist_est")]) & (
-                np.isnan(code) | self._absent_types()[np.nan_to_num(code).astype(np.intp)])
-            pred = np.where(new_type, base, pred)
+        if len(X) and "hardware" in names:
+            pred = history_alone(pred, base, X, names, self.on_new_type(X, names))
         return pred
+
+    def on_new_type(self, X: np.ndarray, names: Sequence[str]) -> np.ndarray:
+        """Whether each encoded row (columns ``names``, with ``hardware``) is on a type
+        nobody ran on in the snapshot's window (or one outside the model's vocabulary)."""
+        code = X[:, list(names).index("hardware")]
+        return np.isnan(code) | self._absent_types()[np.nan_to_num(code).astype(np.intp)]
 
     def predict_encoded(self, X_full: np.ndarray) -> Prediction:
         """Log samples/s, its interval and novelty group for rows from :meth:`encode_full`.
@@ -151,7 +155,8 @@ class Artifact:
         if self.intervals is None:
             return Prediction(pred, np.full(len(pred), np.nan), np.full(len(pred), np.nan),
                               group)
-        lo, hi = self.intervals.offsets(group, new_vendor(X_full, FEATURE_NAMES))
+        lo, hi = self.intervals.offsets(group, new_vendor(X_full, FEATURE_NAMES),
+                                        self.on_new_type(X_full, FEATURE_NAMES))
         return Prediction(pred, pred + lo, pred + hi, group)
 
     def predict_interval(self, jobs: Columns | pd.DataFrame) -> Prediction:
@@ -166,6 +171,23 @@ class Artifact:
     def predict(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Predicted samples/s for each job row on its ``hardware``."""
         return np.exp(self.predict_log(jobs))
+
+
+def history_alone(pred: np.ndarray, base: np.ndarray, X: np.ndarray, names: Sequence[str],
+                  new_type: np.ndarray) -> np.ndarray:
+    """``pred`` (the trees' correction on the base margin ``base``), except on a type nobody
+    ran on in the window (``new_type``) where the row has a history-adjusted estimate
+    (``hist_est``): there the base margin alone (see :meth:`Artifact.predict_rows`).
+
+    >>> X = np.array([[1.0], [np.nan], [1.0]])
+    >>> history_alone(np.zeros(3), np.ones(3), X, ["hist_est"],
+    ...               np.array([True, True, False])).tolist()
+    [1.0, 0.0, 0.0]
+    """
+    if "hist_est" not in names:
+        return pred
+    use = np.asarray(new_type, dtype=bool) & np.isfinite(X[:, list(names).index("hist_est")])
+    return np.where(use, base, pred)
 
 
 def write_artifact(directory: Path, *, model: Model, snapshot: Snapshot, spec: FeatureSpec,

@@ -146,8 +146,11 @@ def _held_out_task(task: EncodeTask) -> HeldOut:
     """Runs on a worker: the serving snapshot and the held-out day after the window
     (``task.days`` is not read)."""
     as_of = task.window_start + timedelta(days=task.cfg.window_days)
+    # From the history of the first validation day: its rows calibrate a new type's interval
+    # (:func:`~leap.model.window.new_type_rows`).
+    first_val = as_of - timedelta(days=task.cfg.validation_days)
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
-                             history_start(as_of, task.cfg), as_of + timedelta(days=1))
+                             history_start(first_val, task.cfg), as_of + timedelta(days=1))
     builder = history_builder(attempts, task.catalog, as_of, task.cfg)
     try:
         return held_out_day(attempts, builder, task.catalog, as_of, task.cfg, task.spec)

@@ -30,7 +30,7 @@ from leap.features.encode import (
 )
 from leap.features.history import LEVELS, Snapshot
 from leap.memory import release_free_memory
-from leap.model.artifact import Artifact, Registry, write_artifact
+from leap.model.artifact import Artifact, Registry, history_alone, write_artifact
 from leap.model.cascade import CascadeModel, Fitter, GBMParams, GlobalModel
 from leap.model.intervals import IntervalCalibrator, coverage_by_group
 from leap.model.split import Model, NoveltySplitModel
@@ -183,8 +183,15 @@ def calibrate_intervals(model: Model, ts: TrainingSet,
         return None
     X = np.asarray(ts.X[val])
     pred = model.predict(X, base=base_margin(X, ts.spec, ts.fallback_log_tp))
+    new_type_resid = None
+    if len(ts.new_type_y):
+        # Predicted as serving predicts a type nobody ran on in the window.
+        Xn = np.asarray(ts.new_type_X)
+        base = base_margin(Xn, ts.spec, ts.fallback_log_tp)
+        new_type_resid = ts.new_type_y - history_alone(
+            model.predict(Xn, base=base), base, Xn, ts.spec.names, np.ones(len(Xn), bool))
     return calibrator.fit(ts.y[val] - pred, ts.group[val], ts.masked[val],
-                          new_vendor(X, ts.spec.names))
+                          new_vendor(X, ts.spec.names), new_type_resid)
 
 
 def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray, day: str,

@@ -50,6 +50,9 @@ HISTORY_FEATURES = frozenset([s for lv in LEVELS for s in lv.stats] + list(TRANS
 TRAIN_DTYPE = np.float32
 #: Folds of (family, type) pairs masked in turn on the held-out day (evaluation only).
 EVAL_MASK_FOLDS = 4
+#: Types hidden, one at a time, on each validation day to calibrate the interval of a type
+#: nobody ran on in the window (:func:`new_type_rows`).
+NEW_TYPE_FOLDS = 4
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ class TrainingSet:
     :data:`~leap.features.encode.NOVELTY_GROUPS`) and ``masked`` marks the rows encoded with
     their own (family, type) history removed. ``eval_masked_X`` holds the held-out day's rows
     encoded that way (``eval_masked_rows`` are their positions in ``eval_jobs``).
+    ``new_type_X`` and ``new_type_y`` are validation rows encoded as if nobody had run on
+    their type (:func:`new_type_rows`): never fitted on, they calibrate a new type's interval.
     """
 
     X: np.ndarray
@@ -131,6 +136,8 @@ class TrainingSet:
     eval_masked_X: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
     eval_masked_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     eval_masked_group: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    new_type_X: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
+    new_type_y: np.ndarray = field(default_factory=lambda: np.empty(0))
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -442,7 +449,9 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
 @dataclass
 class HeldOut:
     """The serving snapshot as of the held-out day and that day's rows encoded against it
-    (every feature), plainly and each with its own (family, type) history masked."""
+    (every feature), plainly and each with its own (family, type) history masked; and the
+    validation days' rows on a few types encoded as if nobody had run on those types
+    (:func:`new_type_rows`)."""
 
     snapshot: Snapshot
     jobs: pd.DataFrame
@@ -451,6 +460,8 @@ class HeldOut:
     masked_rows: np.ndarray
     snapshot_s: float = 0.0
     features_s: float = 0.0
+    new_type_X: np.ndarray = field(default_factory=lambda: np.empty((0, len(FEATURE_NAMES))))
+    new_type_y: np.ndarray = field(default_factory=lambda: np.empty(0))
 
 
 def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
@@ -467,8 +478,41 @@ def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catal
     t1 = time.perf_counter()
     masked_X, rows = masked_rows(jobs, X, builder, as_of, catalog, spec,
                                  np.random.default_rng(cfg.seed), folds=EVAL_MASK_FOLDS)
+    new_X, new_y = new_type_rows(attempts, builder, catalog, as_of, cfg, spec)
     snap_s += time.perf_counter() - t1
-    return HeldOut(serving, jobs, X, masked_X, rows, snap_s, enc_s)
+    return HeldOut(serving, jobs, X, masked_X, rows, snap_s, enc_s, new_X, new_y)
+
+
+def new_type_rows(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
+                  as_of: datetime, cfg: TrainConfig, spec: FeatureSpec
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the window's validation days (the last ``cfg.validation_days`` before
+    ``as_of``) on up to :data:`NEW_TYPE_FOLDS` of each day's types, drawn with the day's
+    seed, each type's rows encoded against that day's snapshot without any attempt on it
+    (:meth:`HistoryBuilder.snapshot` with ``exclude_hardware``): what serving sees on a type
+    nobody ran on in the window. Returns the rows (every feature) and their log throughputs.
+
+    The model and the pair model were fit on the window with those types in it, so these
+    rows are easier than a truly new type; the masked (family, type) rows that calibrate the
+    unobserved-pair groups are easier still (the type itself is known to the snapshot).
+    """
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
+    blocks, ys = [], []
+    for back in range(cfg.validation_days, 0, -1):
+        start = as_of - timedelta(days=back)
+        rows = succeeded_attempts(submitted_in(attempts, start, start + timedelta(days=1)),
+                                  catalog)
+        on = rows["hardware"].astype(str).to_numpy()
+        types = np.array(sorted(set(on)), dtype=object)
+        rng = np.random.default_rng([cfg.seed, start.toordinal(), NEW_TYPE_FOLDS])
+        for hw in rng.permutation(types)[:NEW_TYPE_FOLDS]:
+            sub = rows[on == hw]
+            snap = builder.snapshot(start, exclude_hardware=[hw])
+            blocks.append(encode(sub, snap, catalog, full))
+            ys.append(np.log(sub["throughput"].to_numpy(dtype=np.float64)))
+    if not blocks:
+        return np.empty((0, len(FEATURE_NAMES))), np.empty(0)
+    return np.vstack(blocks), np.concatenate(ys)
 
 
 def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
@@ -486,7 +530,8 @@ def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
         serving_snapshot=held.snapshot, eval_jobs=held.jobs, eval_X=model_X(held.X),
         group=blocks.group, masked=blocks.masked, eval_group=novelty(held.X, FEATURE_NAMES),
         eval_masked_X=model_X(held.masked_X), eval_masked_rows=held.masked_rows,
-        eval_masked_group=novelty(held.masked_X, FEATURE_NAMES), timings=timings)
+        eval_masked_group=novelty(held.masked_X, FEATURE_NAMES),
+        new_type_X=model_X(held.new_type_X), new_type_y=held.new_type_y, timings=timings)
 
 
 def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
