@@ -308,13 +308,22 @@ def test_a_type_new_to_the_window_gets_its_own_calibrated_interval(
 
 
 def test_validation_rows_of_a_hidden_type_carry_no_history_of_it(
-        sim_workspace: Workspace, attempts: pd.DataFrame) -> None:
+        sim_workspace: Workspace, attempts: pd.DataFrame,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import leap.model.window as window_module
+
     cfg = small_train_config(pair_model=False)
     catalog = Catalog.default()
     builder = HistoryBuilder(prepare_history(attempts, catalog), lookback_days=cfg.lookback_days)
-    X, y = new_type_rows(attempts, builder, catalog, SMALL_AS_OF, cfg,
-                         FeatureSpec.fit(attempts, catalog))
+    spec = FeatureSpec.fit(attempts, catalog)
+    X, y = new_type_rows(attempts, builder, catalog, SMALL_AS_OF, cfg, spec)
+    # Types are hidden until there are enough rows: wanting more than the day has hides all.
+    monkeypatch.setattr(window_module, "NEW_TYPE_MIN_ROWS", 10**9)
+    _, every = new_type_rows(attempts, builder, catalog, SMALL_AS_OF, cfg, spec)
     builder.close()
+    day = attempts[(attempts["submitted_at"] >= SMALL_AS_OF - timedelta(days=1))
+                   & (attempts["submitted_at"] < SMALL_AS_OF)]
+    assert len(every) == len(window_module.succeeded_attempts(day, catalog)) > len(y)
     assert len(X) == len(y) > 100 and np.isfinite(y).all()
     names = list(FEATURE_NAMES)
     # Nothing of the type itself: no family level on it, no model type's level on it.

@@ -51,8 +51,10 @@ TRAIN_DTYPE = np.float32
 #: Folds of (family, type) pairs masked in turn on the held-out day (evaluation only).
 EVAL_MASK_FOLDS = 4
 #: Types hidden, one at a time, on each validation day to calibrate the interval of a type
-#: nobody ran on in the window (:func:`new_type_rows`).
+#: nobody ran on in the window (:func:`new_type_rows`): at least this many, and more until
+#: their rows number :data:`NEW_TYPE_MIN_ROWS` (a public table's day has a few rows a type).
 NEW_TYPE_FOLDS = 4
+NEW_TYPE_MIN_ROWS = 200
 
 
 @dataclass(frozen=True)
@@ -487,8 +489,9 @@ def new_type_rows(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Cata
                   as_of: datetime, cfg: TrainConfig, spec: FeatureSpec
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the window's validation days (the last ``cfg.validation_days`` before
-    ``as_of``) on up to :data:`NEW_TYPE_FOLDS` of each day's types, drawn with the day's
-    seed, each type's rows encoded against that day's snapshot without any attempt on it
+    ``as_of``) on some of each day's types, taken in an order drawn with the day's seed
+    until there are :data:`NEW_TYPE_FOLDS` types and :data:`NEW_TYPE_MIN_ROWS` rows (or no
+    more types), each type's rows encoded against that day's snapshot without any attempt on it
     (:meth:`HistoryBuilder.snapshot` with ``exclude_hardware``): what serving sees on a type
     nobody ran on in the window. Returns the rows (every feature) and their log throughputs.
 
@@ -505,11 +508,15 @@ def new_type_rows(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Cata
         on = rows["hardware"].astype(str).to_numpy()
         types = np.array(sorted(set(on)), dtype=object)
         rng = np.random.default_rng([cfg.seed, start.toordinal(), NEW_TYPE_FOLDS])
-        for hw in rng.permutation(types)[:NEW_TYPE_FOLDS]:
+        taken = 0
+        for i, hw in enumerate(rng.permutation(types)):
+            if i >= NEW_TYPE_FOLDS and taken >= NEW_TYPE_MIN_ROWS:
+                break
             sub = rows[on == hw]
             snap = builder.snapshot(start, exclude_hardware=[hw])
             blocks.append(encode(sub, snap, catalog, full))
             ys.append(np.log(sub["throughput"].to_numpy(dtype=np.float64)))
+            taken += len(sub)
     if not blocks:
         return np.empty((0, len(FEATURE_NAMES))), np.empty(0)
     return np.vstack(blocks), np.concatenate(ys)
