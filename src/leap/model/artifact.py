@@ -155,9 +155,17 @@ class Artifact:
         if self.intervals is None:
             return Prediction(pred, np.full(len(pred), np.nan), np.full(len(pred), np.nan),
                               group)
-        lo, hi = self.intervals.offsets(group, new_vendor(X_full, FEATURE_NAMES),
-                                        self.on_new_type(X_full, FEATURE_NAMES))
+        lo, hi = self.interval_offsets(X_full, FEATURE_NAMES, group)
         return Prediction(pred, pred + lo, pred + hi, group)
+
+    def interval_offsets(self, X: np.ndarray, names: Sequence[str], group: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Log offsets of the 80% interval of encoded rows (columns ``names``) in novelty
+        ``group``: per vendor cell, and widened on a type nobody ran on in the window."""
+        if self.intervals is None:
+            raise ArtifactError("this model has no intervals (too few validation rows)")
+        new_type = self.on_new_type(X, names) if "hardware" in names else None
+        return self.intervals.offsets(group, new_vendor(X, names), new_type)
 
     def predict_interval(self, jobs: Columns | pd.DataFrame) -> Prediction:
         """:meth:`predict_encoded` of ``jobs``: log samples/s, interval and novelty group."""

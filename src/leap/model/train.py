@@ -302,7 +302,8 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
         seen = family_seen(ts.serving_snapshot, ts.eval_jobs)
         interval = None
         if intervals is not None:
-            lo, hi = intervals.offsets(ts.eval_group, new_vendor(ts.eval_X, ts.spec.names))
+            # As serving gives them (a type new to the window included).
+            lo, hi = artifact.interval_offsets(ts.eval_X, ts.spec.names, ts.eval_group)
             interval = (pred + lo, pred + hi)
         held = evaluate(pred, ts.eval_jobs, seen, as_of.date().isoformat(), ts.eval_group,
                         interval)
