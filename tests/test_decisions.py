@@ -19,9 +19,12 @@ from leap.serve.app import create_app
 from test_rank import jobs, ranker  # noqa: F401
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
 def test_python_api_rankings_are_recorded_with_ids_and_entries(
-        ranker: Ranker, jobs: list[dict[str, Any]], tmp_path: Path) -> None:  # noqa: F811
-    log = DecisionLog(tmp_path / "d.duckdb", flush_interval_s=0.05)
+        ranker: Ranker, jobs: list[dict[str, Any]], tmp_path: Path,  # noqa: F811
+        process: bool) -> None:
+    """The same rows whether this process writes them or a child does (as `leap serve`)."""
+    log = DecisionLog(tmp_path / "d.duckdb", flush_interval_s=0.05, process=process)
     mine = ranker.with_options()
     mine.decision_sink = log.sink("python")
     results = []
@@ -77,12 +80,14 @@ def test_steady_traffic_is_flushed_at_most_once_per_interval(
     assert len(read_decisions(tmp_path / "d.duckdb")[0]) == sent
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
 def test_full_queue_drops_and_counts_without_blocking(ranker: Ranker,  # noqa: F811
                                                       jobs: list[dict[str, Any]],  # noqa: F811
-                                                      tmp_path: Path) -> None:
+                                                      tmp_path: Path, process: bool) -> None:
     # The log's path is a directory: every flush fails, so the queue fills and stays full.
     (tmp_path / "d.duckdb").mkdir()
-    log = DecisionLog(tmp_path / "d.duckdb", max_queue=2, max_batch=1, flush_interval_s=0.05)
+    log = DecisionLog(tmp_path / "d.duckdb", max_queue=2, max_batch=1, flush_interval_s=0.05,
+                      process=process)
     mine = ranker.with_options()
     mine.decision_sink = log.sink("python")
     time.sleep(0.1)
@@ -96,7 +101,44 @@ def test_full_queue_drops_and_counts_without_blocking(ranker: Ranker,  # noqa: F
     while not log.write_errors and time.monotonic() < deadline:
         time.sleep(0.02)
     assert log.write_errors >= 1 and log.last_error
+    assert "IOException" in log.last_error or "Error" in log.last_error, log.last_error
     log.close(2)
+
+
+def test_a_writer_process_that_dies_is_replaced_and_loses_nothing(
+        ranker: Ranker, jobs: list[dict[str, Any]], tmp_path: Path) -> None:  # noqa: F811
+    log = DecisionLog(tmp_path / "d.duckdb", flush_interval_s=0.05, process=True)
+    answer = ranker.rank(jobs[0], ["H100-SXM", "L4"])
+    log.record({**jobs[0], "job_id": "first"}, ["H100-SXM", "L4"], answer)
+    assert log.flush(30)
+    assert log._child is not None
+    first = log._child.proc
+    first.kill()
+    first.wait(10)
+    for i in range(3):
+        log.record({**jobs[0], "job_id": f"after-{i}"}, None, answer)
+    assert log.flush(30)
+    log.close()
+    assert log._child is None and first.poll() is not None
+    assert (log.recorded, log.written, log.dropped) == (4, 4, 0)
+    dec, ent = read_decisions(tmp_path / "d.duckdb")
+    assert sorted(dec["job_id"]) == ["after-0", "after-1", "after-2", "first"]
+    assert len(ent) == 4 * len(answer.ranking)
+
+
+def test_records_are_queued_as_plain_values_the_collector_stops_tracking(
+        ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    """Live result objects held until a flush were promoted to the oldest generation and made
+    a busy server run full collections (see ``_Pending``)."""
+    import gc
+
+    record = _Pending.of(time.time(), "http", jobs[0], ["H100-SXM", "L4"],
+                         ranker.rank(jobs[0], ["H100-SXM", "L4"]))
+    for _ in range(3):  # a tuple is untracked in a pass where its items already are
+        gc.collect()
+    assert type(record) is tuple and not gc.is_tracked(record)
+    assert _Pending._make(record).entries[0][0] in ("H100-SXM", "L4")
+    assert json.loads(_Pending._make(record).job)["family_id"] == jobs[0]["family_id"]
 
 
 def test_a_failing_sink_never_changes_the_answer(ranker: Ranker,  # noqa: F811
@@ -116,8 +158,8 @@ def test_retention_deletes_old_decisions(ranker: Ranker, jobs: list[dict[str, An
                                          tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.duckdb", retention_days=1, flush_interval_s=0.05)
     res = ranker.rank(jobs[0])
-    log._queue.put(_Pending(time.time() - 3 * 86400, "python", {**jobs[0], "job_id": "old"},
-                            None, res))
+    log._queue.put(_Pending.of(time.time() - 3 * 86400, "python", {**jobs[0], "job_id": "old"},
+                               None, res))
     with log._count_lock:
         log.recorded += 1
     log.record({**jobs[0], "job_id": "new"}, None, res)

@@ -23,8 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 import leap.serve.app as app_module
 from leap.config import Workspace
 from leap.model.artifact import Registry
+from leap.rank.decisions import decisions_path, read_decisions
 from leap.rank.ranker import Ranker
-from leap.serve.app import create_app
+from leap.serve.app import GcFreezer, create_app
 from leap.serve.payloads import ModelInfo, PredictResponse, RankResponse
 
 # The ranker fixtures are shared with test_rank (candidates for tests/conftest.py).
@@ -337,6 +338,44 @@ def test_hot_reload_without_dropping_requests(trained_workspace: Workspace, tmp_
         assert set(versions[switch:]) == {"29990101-01"}, "never back to the old model"
 
 
+def test_gc_freezer_settles_once_per_serving_model() -> None:
+    import gc
+
+    freezer, model, other = GcFreezer(), object(), object()
+    try:
+        freezer.settle(model)
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        garbage = [[i] for i in range(1000)]  # lists: always tracked
+        freezer.settle(model)  # the same model: nothing to do
+        assert gc.get_freeze_count() == frozen
+        freezer.settle(other)  # a swap: what exists now, the new objects with it
+        assert gc.get_freeze_count() >= frozen + len(garbage)
+    finally:
+        freezer.release()
+    assert gc.get_freeze_count() == 0
+
+
+def test_server_freezes_after_start_and_after_a_model_swap(
+        trained_workspace: Workspace, tmp_path: Path,
+        jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    import gc
+
+    reg = copy_models(trained_workspace, tmp_path / "models")
+    rk = Ranker(reg, check_interval_s=0.05)
+    app = create_app(rk, poll_interval_s=0.05, freeze_gc=True)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=TIMEOUT) as c:
+        assert gc.get_freeze_count() > 0
+        first = app.state.gc_freezer._frozen_for
+        assert first is rk.watcher.current()
+        publish_copy(reg, "29990101-01")
+        wait_for(lambda: c.post("/v1/rank", json={"job": jobs[0]}).json()["model_version"]
+                 == "29990101-01")
+        wait_for(lambda: app.state.gc_freezer._frozen_for is rk.watcher.current())
+        assert app.state.gc_freezer._frozen_for is not first
+    assert gc.get_freeze_count() == 0  # handed back at shutdown
+
+
 # Token ------------------------------------------------------------------------------------
 def test_bearer_token(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
     with serving(create_app(ranker, token="s3cret")) as base, \
@@ -354,13 +393,15 @@ def test_bearer_token(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # no
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_leap_serve_command(trained_workspace: Workspace, jobs: list[dict[str, Any]],  # noqa: F811
+def test_leap_serve_command(fresh_copy: Workspace, jobs: list[dict[str, Any]],  # noqa: F811
                             workers: int) -> None:
+    """The real command: a token, the model, rankings, and each worker's decision log written
+    (from a child process) by the time the server has stopped."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "LEAP_TOKEN": "tok"}
-    proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(trained_workspace.home),
+    proc = subprocess.Popen([sys.executable, "-m", "leap", "--home", str(fresh_copy.home),
                              # The shared fixture's model is not compiled (its cache would
                              # change how every later test scores).
                              "serve", "--port", str(port), "--workers", str(workers),
@@ -373,13 +414,15 @@ def test_leap_serve_command(trained_workspace: Workspace, jobs: list[dict[str, A
         assert httpx.get(f"{base}/v1/model").status_code == 401
         auth = {"Authorization": "Bearer tok"}
         info = httpx.get(f"{base}/v1/model", headers=auth).json()
-        assert info["version"] == Registry(trained_workspace.models_dir).latest_version()
+        assert info["version"] == Registry(fresh_copy.models_dir).latest_version()
         for job in jobs[:4]:  # with 2 workers, the kernel spreads connections over both
             r = httpx.post(f"{base}/v1/rank", json={"job": job}, headers=auth).json()
             assert r["reason"] is None and r["ranking"]
     finally:
         proc.terminate()
         proc.wait(20)
+    dec, ent = read_decisions(decisions_path(fresh_copy.home))
+    assert len(dec) == 4 and set(dec["source"]) == {"http"} and len(ent) >= 4
 
 
 # Fuzz from the OpenAPI schema ---------------------------------------------------------------

@@ -104,10 +104,10 @@ def _holders(workers: list[psutil.Process], port: int) -> dict[int, int]:
 
 @linux_only
 def test_workers_share_connections_and_a_dead_worker_is_replaced(
-        trained_workspace: Workspace, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+        fresh_copy: Workspace, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "leap", "--home",
-                             str(trained_workspace.home), "serve", "--port", str(port),
+                             str(fresh_copy.home), "serve", "--port", str(port),
                              "--workers", "2", "--no-compiled"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

@@ -377,13 +377,13 @@ class ServeSettings:
 
             decisions = DecisionLog(decisions_path(ws.ensure().home),
                                     retention_days=self.decision_retention_days,
-                                    max_queue=self.decision_queue)
+                                    max_queue=self.decision_queue, process=True)
         return create_app(ranker, token=self.token, poll_interval_s=self.check_interval_s,
                           max_body_bytes=self.max_body_bytes,
                           max_predict_rows=self.max_predict_rows,
                           max_concurrent_predicts=self.max_concurrent_predicts,
                           decisions=decisions, extra_collectors=collectors,
-                          monitor=monitor, max_rank_batch=self.max_rank_batch)
+                          monitor=monitor, max_rank_batch=self.max_rank_batch, freeze_gc=True)
 
 
 def app_from_env() -> Any:
