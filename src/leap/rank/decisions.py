@@ -514,6 +514,7 @@ def _writer_process() -> None:
     path, retention = sys.argv[1], sys.argv[2]
     store = _Store(Path(path), float(retention) if retention else None)
     source, answers = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # a stray print must not break the answers' framing
     while True:
         try:
             data = _receive(source)
