@@ -118,8 +118,8 @@ class _Pending(NamedTuple):
     """One recorded ranking, as the writer reads it.
 
     The caller's thread queues it as a plain tuple of strings, numbers and tuples of them
-    (the job as JSON text; :meth:`of`), which the garbage collector stops tracking at its
-    first pass (it untracks only exact tuples holding no dict, list or object). Queued as
+    (the job as JSON text; :meth:`of`), which the garbage collector stops tracking within a
+    pass or two (it untracks only exact tuples holding no dict, list or object). Queued as
     live :class:`RankResult` objects (21 tracked objects a ranking, held for up to a flush
     interval), records were promoted to the oldest generation and made a busy server run
     full collections of 30-140 ms every few seconds: the open loop's p99 of
@@ -505,8 +505,9 @@ def _writer_process() -> None:
     either delayed the requests that arrived meanwhile: with the writer on a thread of
     `leap serve`, the open loop of `bench/bench_http.py` (500 req/s) had a p99 of 45-55 ms at
     normal priority and 24-39 ms at the lowest, against 11 ms with a writer that wrote
-    nothing (2026-12-05). Here, at the lowest priority, the server's only cost is encoding
-    each batch and waiting on a pipe.
+    nothing (2026-12-05). Here, at the lowest priority, the server encodes each batch and
+    waits on a pipe: p99 25-30 ms, against about 10 ms without the log (this child's CPU
+    still shows on 2 cores; see docs/measurements.md).
     """
     import orjson
 
