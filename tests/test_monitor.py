@@ -195,5 +195,16 @@ def test_monitor_gauges_in_metrics(fresh_copy: Workspace, tmp_path: Path) -> Non
 def test_monitor_without_decisions_says_so(fresh_copy: Workspace) -> None:
     res = runner.invoke(app, ["--home", str(fresh_copy.home), "monitor"])
     assert res.exit_code == 0 and "no decisions recorded yet" in res.output
+    ranker = Ranker(Registry(fresh_copy.models_dir), background_reload=False)
+    log = DecisionLog(decisions_path(fresh_copy.home))
+    with Store(fresh_copy.store_path, read_only=True) as store:
+        a = store.attempts(DAY, DAY + timedelta(hours=2)).to_pylist()[0]
+    job = {k: a[k] for k in JOB_COLUMNS if a.get(k) is not None}
+    # Ranked for a launch years after the store's last attempt: nothing to join it to.
+    log.record({**job, "submitted_at": "2031-01-01T00:00:00Z"}, None, ranker.rank(job))
+    log.close()
+    res = runner.invoke(app, ["--home", str(fresh_copy.home), "monitor"])
+    assert res.exit_code == 0, res.output
+    assert "the decision log holds 1 rankings, but no attempt in the store" in res.output
     res = runner.invoke(app, ["--home", str(fresh_copy.home), "monitor", "--since", "yesterday"])
     assert res.exit_code == 1 and "--since must be a date" in res.output

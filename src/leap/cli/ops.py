@@ -67,7 +67,11 @@ def monitor(
         print_json(report.to_dict())
         return
     if not report.days:
-        console.print("no decisions recorded yet (leap serve records them; leap rank --record)")
+        console.print(f"the decision log holds {report.decisions:,} rankings, but no attempt in "
+                      "the store falls on their days: ingest what ran (leap ingest "
+                      "--incremental) or choose the days (--since, --until)"
+                      if report.decisions else
+                      "no decisions recorded yet (leap serve records them; leap rank --record)")
         return
     days = report.days[-7:]
     t = Table(title=f"leap monitor ({report.matched_by_id:,} attempts matched by id, "

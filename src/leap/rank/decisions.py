@@ -565,6 +565,9 @@ def _connect_read(path: Path, attempts: int = 50) -> duckdb.DuckDBPyConnection:
         try:
             con = duckdb.connect(str(path), read_only=True)
             con.execute("SET TimeZone = 'UTC'")
+            # A long read (the server's live figures) must not draw DuckDB's progress bar
+            # into the server's log.
+            con.execute("SET enable_progress_bar = false")
             return con
         except duckdb.Error as exc:
             if "lock" not in str(exc).lower() or i == attempts - 1:

@@ -91,6 +91,7 @@ class MonitorReport:
     matched_by_id: int = 0
     matched_by_family_time: int = 0
     joined: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    decisions: int = 0  # in the log, whatever their days
 
     @property
     def latest(self) -> MonitorDay | None:
@@ -248,7 +249,7 @@ def monitor(store_path: Path, decisions_file: Path, *, start: datetime | None = 
                                     j[(day == d).to_numpy()], today))
     by = j["matched_by"] if len(j) else pd.Series([], dtype=object)
     return MonitorReport(days, window_min, int((by == "id").sum()),
-                         int((by == "family_time").sum()), joined=j)
+                         int((by == "family_time").sum()), joined=j, decisions=len(dec))
 
 
 def _clean(v: Any) -> float:
