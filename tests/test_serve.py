@@ -338,6 +338,27 @@ def test_hot_reload_without_dropping_requests(trained_workspace: Workspace, tmp_
         assert set(versions[switch:]) == {"29990101-01"}, "never back to the old model"
 
 
+def test_a_slow_metrics_collector_does_not_hold_up_rankings(
+        ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
+    """The live figures' collector can take seconds (it reads the store and the decision
+    log); a scrape must not stop the event loop meanwhile."""
+    class Slow:
+        def collect(self) -> Any:
+            time.sleep(1.5)
+            return iter(())
+
+    with serving(create_app(ranker, extra_collectors=[Slow()])) as base, \
+            httpx.Client(base_url=base, timeout=TIMEOUT) as c:
+        assert c.post("/v1/rank", json={"job": jobs[0]}).status_code == 200  # warm
+        scrape = threading.Thread(target=lambda: httpx.get(f"{base}/metrics", timeout=TIMEOUT))
+        scrape.start()
+        time.sleep(0.2)  # the scrape is inside the slow collector now
+        t0 = time.perf_counter()
+        assert c.post("/v1/rank", json={"job": jobs[0]}).status_code == 200
+        assert time.perf_counter() - t0 < 1.0
+        scrape.join(10)
+
+
 def test_gc_freezer_settles_once_per_serving_model() -> None:
     import gc
 

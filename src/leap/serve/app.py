@@ -499,7 +499,10 @@ def create_app(ranker: Ranker, *, token: str | None = None,
         **_AUTH, 200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {
             "schema": {"type": "string"}}}, "description": "Prometheus text format"}},
              response_class=Response)
-    async def prometheus() -> Response:
+    def prometheus() -> Response:
+        # A plain `def` (FastAPI runs it in a worker thread): a collector may be slow (the
+        # live figures read the store and the decision log, seconds on a long log), and the
+        # event loop must go on ranking meanwhile.
         return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
     if dashboard:
