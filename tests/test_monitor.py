@@ -192,6 +192,31 @@ def test_monitor_gauges_in_metrics(fresh_copy: Workspace, tmp_path: Path) -> Non
     assert len(dec) == 5
 
 
+def test_live_figures_read_only_the_recent_days_of_the_log(fresh_copy: Workspace) -> None:
+    """A server's live figures cover the log's last days and read only their decisions: the
+    same figures for those days as from the whole log."""
+    ws = fresh_copy
+    ranker = Ranker(Registry(ws.models_dir), background_reload=False)
+    log = DecisionLog(decisions_path(ws.home))
+    with Store(ws.store_path, read_only=True) as store:
+        rows = store.attempts(DAY, DAY + timedelta(hours=2)).to_pylist()[:5]
+    for a in rows:
+        job = {k: a[k] for k in JOB_COLUMNS if a.get(k) is not None}
+        log.record({**job, "attempt_id": a["attempt_id"],
+                    "submitted_at": a["submitted_at"].isoformat()}, None, ranker.rank(job))
+    early = (DAY - timedelta(days=10)).isoformat()
+    log.record({**job, "submitted_at": early}, None, ranker.rank(job))
+    log.close()
+    whole = monitor(ws.store_path, decisions_path(ws.home))
+    recent = monitor(ws.store_path, decisions_path(ws.home), recent_days=1)
+    assert len(whole.days) > 1 and whole.decisions == 6
+    assert recent.days == [whole.days[-1]] and recent.latest is not None
+    assert recent.latest.matched == 5 and recent.decisions == 5
+    dec, ent = read_decisions(decisions_path(ws.home), since=DAY)
+    assert len(dec) == 5 and set(ent["decision_id"]) == set(dec["decision_id"])
+    assert MonitorCollector(ws.store_path, decisions_path(ws.home)).recent_days == 30
+
+
 def test_monitor_without_decisions_says_so(fresh_copy: Workspace) -> None:
     res = runner.invoke(app, ["--home", str(fresh_copy.home), "monitor"])
     assert res.exit_code == 0 and "no decisions recorded yet" in res.output
@@ -205,6 +230,6 @@ def test_monitor_without_decisions_says_so(fresh_copy: Workspace) -> None:
     log.close()
     res = runner.invoke(app, ["--home", str(fresh_copy.home), "monitor"])
     assert res.exit_code == 0, res.output
-    assert "the decision log holds 1 rankings, but no attempt in the store" in res.output
+    assert "the decision log holds 1 rankings for these days, but no attempt" in res.output
     res = runner.invoke(app, ["--home", str(fresh_copy.home), "monitor", "--since", "yesterday"])
     assert res.exit_code == 1 and "--since must be a date" in res.output

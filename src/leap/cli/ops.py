@@ -67,8 +67,8 @@ def monitor(
         print_json(report.to_dict())
         return
     if not report.days:
-        console.print(f"the decision log holds {report.decisions:,} rankings, but no attempt in "
-                      "the store falls on their days: ingest what ran (leap ingest "
+        console.print(f"the decision log holds {report.decisions:,} rankings for these days, "
+                      "but no attempt in the store falls on them: ingest what ran (leap ingest "
                       "--incremental) or choose the days (--since, --until)"
                       if report.decisions else
                       "no decisions recorded yet (leap serve records them; leap rank --record)")

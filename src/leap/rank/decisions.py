@@ -533,25 +533,47 @@ def _writer_process() -> None:
             return
 
 
-def read_decisions(path: Path) -> tuple[Any, Any]:
-    """Both tables of a decision log as pandas frames (empty frames when there is no log)."""
+def read_decisions(path: Path, since: datetime | None = None) -> tuple[Any, Any]:
+    """Both tables of a decision log as pandas frames (empty frames when there is no log):
+    every decision, or those whose ``launch_at`` is at or after ``since``, with their
+    entries."""
     import pandas as pd
 
+    empty = (pd.DataFrame(columns=list(_DECISION_COLS)), pd.DataFrame(columns=list(_ENTRY_COLS)))
     if not Path(path).exists():
-        return (pd.DataFrame(columns=list(_DECISION_COLS)),
-                pd.DataFrame(columns=list(_ENTRY_COLS)))
+        return empty
     con = _connect_read(Path(path))
     try:
-        create_missing = {r[0] for r in con.execute(
-            "SELECT table_name FROM information_schema.tables").fetchall()}
-        if "decisions" not in create_missing:
-            return (pd.DataFrame(columns=list(_DECISION_COLS)),
-                    pd.DataFrame(columns=list(_ENTRY_COLS)))
-        dec = con.sql("SELECT * FROM decisions ORDER BY decided_at").df()
-        ent = con.sql("SELECT * FROM decision_entries ORDER BY decided_at, position").df()
+        if not _has_tables(con):
+            return empty
+        where = "" if since is None else " WHERE launch_at >= $since"
+        params = {} if since is None else {"since": since}
+        dec = con.execute(f"SELECT * FROM decisions{where} ORDER BY decided_at", params).df()
+        ent = con.execute("SELECT * FROM decision_entries" + (
+            "" if since is None else " WHERE decision_id IN (SELECT decision_id FROM "
+            f"decisions{where})") + " ORDER BY decided_at, position", params).df()
     finally:
         con.close()
     return dec, ent
+
+
+def last_launch(path: Path) -> datetime | None:
+    """The latest ``launch_at`` in a decision log (None without decisions)."""
+    if not Path(path).exists():
+        return None
+    con = _connect_read(Path(path))
+    try:
+        if not _has_tables(con):
+            return None
+        latest = con.execute("SELECT max(launch_at) FROM decisions").fetchone()
+    finally:
+        con.close()
+    return None if latest is None else latest[0]
+
+
+def _has_tables(con: duckdb.DuckDBPyConnection) -> bool:
+    return "decisions" in {r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables").fetchall()}
 
 
 def _connect_read(path: Path, attempts: int = 50) -> duckdb.DuckDBPyConnection:

@@ -35,11 +35,13 @@ import pandas as pd
 from leap.data.store import Store
 from leap.data.usage import device_hours, usable_mask
 from leap.metrics import TOLERANCE
-from leap.rank.decisions import read_decisions
+from leap.rank.decisions import last_launch, read_decisions
 from leap.rank.results import value
 from leap.records import Record
 
 DEFAULT_MATCH_WINDOW = timedelta(hours=1)
+#: Days of the decision log a server's live figures cover (the web page plots 30).
+LIVE_DAYS = 30
 #: The figures of each day, in report order (also the Prometheus gauges, ``leap_monitor_*``).
 FIGURES: tuple[str, ...] = (
     "attempts", "gpu_hours", "matched", "covered", "coverage_attempts", "coverage_gpu_hours",
@@ -91,7 +93,7 @@ class MonitorReport:
     matched_by_id: int = 0
     matched_by_family_time: int = 0
     joined: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
-    decisions: int = 0  # in the log, whatever their days
+    decisions: int = 0  # in the log for the report's days (all, without a start)
 
     @property
     def latest(self) -> MonitorDay | None:
@@ -206,7 +208,8 @@ def day_figures(date: str, j: pd.DataFrame, decisions_today: pd.DataFrame) -> Mo
 
 def monitor(store_path: Path, decisions_file: Path, *, start: datetime | None = None,
             end: datetime | None = None,
-            match_window: timedelta = DEFAULT_MATCH_WINDOW) -> MonitorReport:
+            match_window: timedelta = DEFAULT_MATCH_WINDOW,
+            recent_days: int | None = None) -> MonitorReport:
     """Join the store's attempts to the decision log and compute the figures per day.
 
     Parameters
@@ -221,12 +224,24 @@ def monitor(store_path: Path, decisions_file: Path, *, start: datetime | None = 
     match_window : timedelta
         How long after a decision without an attempt id an attempt of its family may start
         and still be matched to it.
+    recent_days : int, optional
+        Without ``start``: report only the last this many days of the log (from its latest
+        ``launch_at``), reading only their decisions (a server's live figures: a log keeps 90
+        days by default, millions of rankings on a large fleet).
 
     Returns
     -------
     MonitorReport
     """
-    dec, ent = read_decisions(decisions_file)
+    if start is None and recent_days is not None:
+        latest = last_launch(decisions_file)
+        if latest is not None:
+            last = _utc_series(pd.Series([latest])).iloc[0].floor("D")
+            start = (last - pd.Timedelta(days=recent_days - 1)).to_pydatetime()
+    # Decisions up to a day (or the match window) before the first day can still match
+    # its attempts: by id when the caller sent no launch time, or by family and time.
+    since = None if start is None else start - max(match_window, timedelta(days=1))
+    dec, ent = read_decisions(decisions_file, since)
     window_min = match_window.total_seconds() / 60.0
     if len(dec) == 0 and (start is None or end is None):
         return MonitorReport([], window_min)
@@ -278,11 +293,13 @@ class MonitorCollector:
     """
 
     def __init__(self, store_path: Path, decisions_file: Path, *, ttl_s: float = 60.0,
-                 match_window: timedelta = DEFAULT_MATCH_WINDOW) -> None:
+                 match_window: timedelta = DEFAULT_MATCH_WINDOW,
+                 recent_days: int | None = LIVE_DAYS) -> None:
         self.store_path = store_path
         self.decisions_file = decisions_file
         self.ttl_s = ttl_s
         self.match_window = match_window
+        self.recent_days = recent_days
         self._at = -math.inf
         self.report: MonitorReport | None = None
         self.error: str | None = None
@@ -299,7 +316,8 @@ class MonitorCollector:
                 return self.report
             try:
                 self.report = monitor(self.store_path, self.decisions_file,
-                                      match_window=self.match_window)
+                                      match_window=self.match_window,
+                                      recent_days=self.recent_days)
                 self.error = None
             except (LeapError, OSError) as exc:
                 self.error = str(exc)
