@@ -359,19 +359,22 @@ def test_a_slow_metrics_collector_does_not_hold_up_rankings(
         scrape.join(10)
 
 
-def test_gc_freezer_settles_once_per_serving_model() -> None:
+def test_gc_freezer_settles_once_per_serving_model(monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 
+    freezes: list[int] = []
+    freeze = gc.freeze
+    monkeypatch.setattr(gc, "freeze", lambda: (freezes.append(1), freeze())[1])
     freezer, model, other = GcFreezer(), object(), object()
     try:
         freezer.settle(model)
-        frozen = gc.get_freeze_count()
-        assert frozen > 0
-        garbage = [[i] for i in range(1000)]  # lists: always tracked
+        assert len(freezes) == 1 and gc.get_freeze_count() > 0
         freezer.settle(model)  # the same model: nothing to do
-        assert gc.get_freeze_count() == frozen
+        assert len(freezes) == 1
+        garbage = [[i] for i in range(1000)]  # lists: always tracked
         freezer.settle(other)  # a swap: what exists now, the new objects with it
-        assert gc.get_freeze_count() >= frozen + len(garbage)
+        assert len(freezes) == 2 and gc.get_freeze_count() >= len(garbage)
+        assert not any(o is garbage for o in gc.get_objects())  # frozen: no pass sees it
     finally:
         freezer.release()
     assert gc.get_freeze_count() == 0
