@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from pathlib import Path
@@ -539,41 +539,40 @@ def read_decisions(path: Path, since: datetime | None = None) -> tuple[Any, Any]
     entries."""
     import pandas as pd
 
-    empty = (pd.DataFrame(columns=list(_DECISION_COLS)), pd.DataFrame(columns=list(_ENTRY_COLS)))
-    if not Path(path).exists():
-        return empty
-    con = _connect_read(Path(path))
-    try:
-        if not _has_tables(con):
-            return empty
+    with _reading(path) as con:
+        if con is None:
+            return (pd.DataFrame(columns=list(_DECISION_COLS)),
+                    pd.DataFrame(columns=list(_ENTRY_COLS)))
         where = "" if since is None else " WHERE launch_at >= $since"
         params = {} if since is None else {"since": since}
         dec = con.execute(f"SELECT * FROM decisions{where} ORDER BY decided_at", params).df()
         ent = con.execute("SELECT * FROM decision_entries" + (
             "" if since is None else " WHERE decision_id IN (SELECT decision_id FROM "
             f"decisions{where})") + " ORDER BY decided_at, position", params).df()
-    finally:
-        con.close()
     return dec, ent
 
 
 def last_launch(path: Path) -> datetime | None:
     """The latest ``launch_at`` in a decision log (None without decisions)."""
-    if not Path(path).exists():
-        return None
-    con = _connect_read(Path(path))
-    try:
-        if not _has_tables(con):
-            return None
-        latest = con.execute("SELECT max(launch_at) FROM decisions").fetchone()
-    finally:
-        con.close()
+    with _reading(path) as con:
+        latest = None if con is None else \
+            con.execute("SELECT max(launch_at) FROM decisions").fetchone()
     return None if latest is None else latest[0]
 
 
-def _has_tables(con: duckdb.DuckDBPyConnection) -> bool:
-    return "decisions" in {r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables").fetchall()}
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[duckdb.DuckDBPyConnection | None]:
+    """A read-only connection to the log, or None when it has no decisions table yet."""
+    if not Path(path).exists():
+        yield None
+        return
+    con = _connect_read(Path(path))
+    try:
+        tables = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables").fetchall()}
+        yield con if "decisions" in tables else None
+    finally:
+        con.close()
 
 
 def _connect_read(path: Path, attempts: int = 50) -> duckdb.DuckDBPyConnection:
