@@ -108,10 +108,9 @@ def _job_json(job: Mapping[str, Any]) -> str:
         return orjson.dumps({str(k): str(v) for k, v in job.items()}).decode()
 
 
-#: What each ranked entry contributes to ``decision_entries`` (after the decision's id, time
-#: and the entry's position).
-_ENTRY_FIELDS = attrgetter("hardware", "predicted_throughput", "throughput_p10",
-                           "throughput_p90", "cost_per_hour", "value", "novelty")
+#: What each ranked entry contributes to ``decision_entries``: the columns after the
+#: decision's id, time and the entry's position, read off the entry by the same names.
+_ENTRY_FIELDS = attrgetter(*_ENTRY_COLS[3:])
 
 
 class _Pending(NamedTuple):
@@ -533,31 +532,29 @@ def _writer_process() -> None:
             return
 
 
-def read_decisions(path: Path, since: datetime | None = None) -> tuple[Any, Any]:
+def read_decisions(path: Path, since: datetime | None = None,
+                   days: float | None = None) -> tuple[Any, Any]:
     """Both tables of a decision log as pandas frames (empty frames when there is no log):
-    every decision, or those whose ``launch_at`` is at or after ``since``, with their
-    entries."""
+    every decision, or those whose ``launch_at`` is at or after ``since``, or within ``days``
+    days of the log's latest ``launch_at``, with their entries."""
     import pandas as pd
 
     with _reading(path) as con:
         if con is None:
             return (pd.DataFrame(columns=list(_DECISION_COLS)),
                     pd.DataFrame(columns=list(_ENTRY_COLS)))
-        where = "" if since is None else " WHERE launch_at >= $since"
-        params = {} if since is None else {"since": since}
+        where, params = "", dict[str, Any]()
+        if since is not None:
+            where, params = " WHERE launch_at >= $since", {"since": since}
+        elif days is not None:
+            where = (" WHERE launch_at >= (SELECT max(launch_at) FROM decisions)"
+                     " - to_microseconds(CAST($us AS BIGINT))")
+            params = {"us": int(days * 86_400e6)}
         dec = con.execute(f"SELECT * FROM decisions{where} ORDER BY decided_at", params).df()
         ent = con.execute("SELECT * FROM decision_entries" + (
-            "" if since is None else " WHERE decision_id IN (SELECT decision_id FROM "
-            f"decisions{where})") + " ORDER BY decided_at, position", params).df()
+            f" WHERE decision_id IN (SELECT decision_id FROM decisions{where})" if where
+            else "") + " ORDER BY decided_at, position", params).df()
     return dec, ent
-
-
-def last_launch(path: Path) -> datetime | None:
-    """The latest ``launch_at`` in a decision log (None without decisions)."""
-    with _reading(path) as con:
-        latest = None if con is None else \
-            con.execute("SELECT max(launch_at) FROM decisions").fetchone()
-    return None if latest is None else latest[0]
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ import pandas as pd
 from leap.data.store import Store
 from leap.data.usage import device_hours, usable_mask
 from leap.metrics import TOLERANCE
-from leap.rank.decisions import last_launch, read_decisions
+from leap.rank.decisions import read_decisions
 from leap.rank.results import value
 from leap.records import Record
 
@@ -93,7 +93,7 @@ class MonitorReport:
     matched_by_id: int = 0
     matched_by_family_time: int = 0
     joined: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
-    decisions: int = 0  # in the log for the report's days (all, without a start)
+    decisions: int = 0  # launched on the report's days
 
     @property
     def latest(self) -> MonitorDay | None:
@@ -233,38 +233,39 @@ def monitor(store_path: Path, decisions_file: Path, *, start: datetime | None = 
     -------
     MonitorReport
     """
-    if start is None and recent_days is not None:
-        latest = last_launch(decisions_file)
-        if latest is not None:
-            last = _utc_series(pd.Series([latest])).iloc[0].floor("D")
-            start = (last - pd.Timedelta(days=recent_days - 1)).to_pydatetime()
     # Decisions up to a day (or the match window) before the first day can still match
     # its attempts: by id when the caller sent no launch time, or by family and time.
-    since = None if start is None else start - max(match_window, timedelta(days=1))
-    dec, ent = read_decisions(decisions_file, since)
+    margin = max(match_window, timedelta(days=1))
+    if start is not None:
+        dec, ent = read_decisions(decisions_file, since=start - margin)
+    else:
+        dec, ent = read_decisions(decisions_file, days=None if recent_days is None else
+                                  recent_days + margin / timedelta(days=1))
     window_min = match_window.total_seconds() / 60.0
     if len(dec) == 0 and (start is None or end is None):
         return MonitorReport([], window_min)
+    launch_day = _utc_series(dec["launch_at"]).dt.floor("D") if len(dec) else pd.Series([])
     if len(dec):
-        launch = _utc_series(dec["launch_at"])
-        first_day = launch.min().floor("D").to_pydatetime()
-        last_day = launch.max().floor("D").to_pydatetime() + timedelta(days=1)
-    start = start or first_day
-    end = end or last_day
+        if start is None and recent_days is not None:
+            start = (launch_day.max() - pd.Timedelta(days=recent_days - 1)).to_pydatetime()
+        start = start or launch_day.min().to_pydatetime()
+        end = end or (launch_day.max() + pd.Timedelta(days=1)).to_pydatetime()
+    assert start is not None and end is not None
     with Store(store_path, read_only=True) as store:
         attempts = store.attempts(start, end, columns=_ATTEMPT_COLS).to_pandas()
     j = join_outcomes(attempts, dec, ent, match_window=match_window)
     days: list[MonitorDay] = []
     if len(j):
         day = j["submitted_at"].dt.floor("D")
-        dec_day = _utc_series(dec["launch_at"]).dt.floor("D") if len(dec) else pd.Series([])
         for d in sorted(day.unique()):
-            today = dec[(dec_day == d).to_numpy()] if len(dec) else dec
+            today = dec[(launch_day == d).to_numpy()] if len(dec) else dec
             days.append(day_figures(pd.Timestamp(d).date().isoformat(),
                                     j[(day == d).to_numpy()], today))
     by = j["matched_by"] if len(j) else pd.Series([], dtype=object)
+    on_days = ((launch_day >= pd.Timestamp(start)) & (launch_day < pd.Timestamp(end))).sum() \
+        if len(dec) else 0
     return MonitorReport(days, window_min, int((by == "id").sum()),
-                         int((by == "family_time").sum()), joined=j, decisions=len(dec))
+                         int((by == "family_time").sum()), joined=j, decisions=int(on_days))
 
 
 def _clean(v: Any) -> float:
