@@ -90,3 +90,14 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     f.write_text("attempts_per_day = = 3\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         Scenario.load(f)
+
+
+def test_shipped_scenario_by_name_even_beside_a_folder_of_that_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--scenario novel`` names the shipped scenario, also where the working directory
+    has a folder called ``novel`` (it was read as a file and refused)."""
+    (tmp_path / "novel").mkdir()
+    monkeypatch.chdir(tmp_path)
+    novel = Scenario.load(Path("novel"))
+    assert novel.config_spread > 1
+    assert novel.base_config_share < Scenario.default().base_config_share

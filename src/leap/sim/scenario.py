@@ -100,7 +100,7 @@ class Scenario:
         if path is None:
             return base
         shipped = resources.files("leap.resources").joinpath(f"scenario_{path}.toml")
-        if not Path(path).exists() and shipped.is_file():
+        if not Path(path).is_file() and shipped.is_file():  # a folder of that name too
             return cls.from_toml(shipped.read_text("utf-8"), origin=f"scenario '{path}'",
                                  base=base)
         try:
