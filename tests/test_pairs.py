@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,10 +18,12 @@ from leap.features.history import HistoryBuilder, Snapshot, prepare_history
 from leap.features.pair_rows import (
     FOLDS,
     PAIR_FEATURES,
+    SHAPE_FEATURES,
     family_fold,
     nearest_in_runs,
     pair_matrix,
     pair_training_rows,
+    shape_matrix,
     shape_training_rows,
 )
 from leap.features.pairs import (
@@ -149,6 +152,41 @@ def test_step_features_place_one_step_of_the_job_on_each_type() -> None:
         assert f[f"{side}_ridge"][0] == pytest.approx(np.log(6e11 / act) - np.log(peak / bw))
     # The faster type does the same step in less time, and the reverse move mirrors it.
     assert f["d_step"][0] < 0 and f["d_step"][1] == pytest.approx(-f["d_step"][0])
+
+
+def test_shape_rows_place_one_step_of_each_shape_on_the_type() -> None:
+    """The shape boosters read the step terms at both shapes: a batch twice as large per
+    device is a step twice as long, on the same type, with the same ridge."""
+    job = {"family_id": "f", "model_type": "m", "model_category": "language",
+           "precision": "bf16", "trainer_count": 2, "devices_per_trainer": 8, "batch_size": 128,
+           "num_params": 1e8, "flops_per_sample": 6e11, "seq_len": 512, "hidden_dim": 768,
+           "num_layers": 12, "hardware": "H100-SXM"}
+    vocab = {"vendor": sorted({CAT[n].vendor for n in CAT}), "precision": ["bf16"],
+             "model_category": ["language"]}
+    X = shape_matrix(Columns.from_frame(pd.DataFrame([job])), np.array([[4.0, 8.0, 64.0]]),
+                     CAT, vocab)
+    f = {name: X[0, i] for i, name in enumerate(SHAPE_FEATURES)}
+    peak, bw = CAT["H100-SXM"].peak_bf16_tflops * 1e12, CAT["H100-SXM"].mem_bw_gb_per_s * 1e9
+    act = 34.0 * 512 * 768 * 12
+    assert f["b_step"] == pytest.approx(np.log(16 * 6e11 / peak))
+    assert f["b_step"] - f["a_step"] == pytest.approx(np.log(2.0))
+    assert f["b_mem_step"] - f["a_mem_step"] == pytest.approx(np.log(2.0))
+    assert f["ridge"] == pytest.approx(np.log(6e11 / act) - np.log(peak / bw))
+
+
+def test_shape_boosters_grow_with_the_pairs_they_learn_from(attempts: pd.DataFrame) -> None:
+    """Below ``large_shape_pairs`` the shape boosters have ``shape_rounds`` trees of at most
+    ``shape_num_leaves`` leaves; from it on, the large setting."""
+    small = replace(FAST, shape_rounds=20, shape_num_leaves=4, large_shape_rounds=30,
+                    large_shape_num_leaves=6, large_shape_pairs=10**9)
+    for params, rounds, leaves in ((small, 20, 4),
+                                   (replace(small, large_shape_pairs=10), 30, 6)):
+        pm = PairModel.fit(attempts, CAT, params)
+        assert pm is not None and pm.shape_boosters
+        for booster in pm.shape_boosters:
+            trees = booster.dump_model()["tree_info"]
+            assert len(trees) == rounds
+            assert max(t["num_leaves"] for t in trees) == leaves
 
 
 def test_pair_model_learns_a_ratio_that_depends_on_the_shape(model: PairModel) -> None:
