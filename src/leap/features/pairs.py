@@ -83,8 +83,10 @@ FIT_COLUMNS = (*JOB_FEATURE_COLUMNS, "hardware", "throughput")
 
 @dataclass(frozen=True)
 class PairParams:
-    """LightGBM settings of the pair boosters (set once, not tuned: a correction to the
-    physics ratio needs few, shallow-ish trees; see the closing notes of issue 10)."""
+    """LightGBM settings of the pair boosters: a few settings each measured on the default
+    and the harder fleet's held-out days (the figures beside them), not searched. A correction
+    to the physics ratio between types needs few, shallow-ish trees; the shape boosters grow
+    with the shape pairs they learn from (see the closing notes of issue 10)."""
 
     rounds: int = 200
     #: The shape boosters' rounds and leaves. Trained on each shape's nearest few others
