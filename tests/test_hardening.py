@@ -36,6 +36,7 @@ from leap.catalog import Catalog
 from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.ingest import IngestLimits, ingest_files, ingest_table, validate
+from leap.data.jobs import check_jobs_frame
 from leap.data.store import Store
 from leap.errors import ArtifactError, DataError
 from leap.model.artifact import MANIFEST, PROBE, Registry, load_artifact, verify_artifact
@@ -406,6 +407,23 @@ BAD_FIELDS = [
 
 def _base_job() -> dict[str, Any]:
     return {"family_id": "f", "model_type": "m", "trainer_count": 2, "batch_size": 64}
+
+
+def test_a_text_column_names_the_first_row_of_a_bad_value() -> None:
+    # A text column's distinct values are checked once each; the error names the first row
+    # that holds the bad one, as a row-by-row check would.
+    frame = pd.DataFrame({"family_id": ["a", "b", "b", "", "c", ""], "model_type": "m",
+                          "trainer_count": 1, "batch_size": 8,
+                          "precision": ["bf16", None, "fp8x", "bf16", "fp8x", "fp16"]})
+    frame = frame.astype({"family_id": "string", "precision": "string"})
+    with pytest.raises(DataError, match="jobs row 3: job field 'family_id' must be a "
+                                        "non-empty string, got ''"):
+        check_jobs_frame(frame)
+    frame.loc[[3, 5], "family_id"] = "d"
+    with pytest.raises(DataError, match="jobs row 2: job field 'precision' must be one of"):
+        check_jobs_frame(frame)
+    frame.loc[[2, 4], "precision"] = "fp8"
+    assert check_jobs_frame(frame) is frame
 
 
 @pytest.mark.parametrize(("field", "value"), BAD_FIELDS)
