@@ -261,8 +261,8 @@ def fill_from_model_configs(frame: pd.DataFrame, config: Any = None) -> pd.DataF
 def _check_each(name: str, col: pd.Series, null: np.ndarray, offset: int = 0) -> None:
     if isinstance(col.dtype, pd.StringDtype):
         # Every value is text, so a value's verdict is the same in every row: each distinct
-        # one is checked once (a batch of 100,000 rows has a few hundred), and a bad one is
-        # named at its first row.
+        # one is checked once (a batch of jobs x types repeats most of them), and a bad one
+        # is named at its first row.
         codes, uniques = pd.factorize(col)
         for k, v in enumerate(uniques.tolist()):
             try:
