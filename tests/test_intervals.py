@@ -9,7 +9,7 @@ import pytest
 
 from leap.errors import ArtifactError, ModelError
 from leap.features.encode import NOVELTY_GROUPS
-from leap.model.intervals import IntervalCalibrator, _conformal, coverage_by_group
+from leap.model.intervals import IntervalCalibrator, _conformal
 from leap.rank.policy import CAUTIOUS_Z, _sort_key, order_ranking
 from leap.rank.results import RankedType
 
@@ -32,11 +32,44 @@ def test_intervals_cover_their_nominal_share_in_every_group(seed: int) -> None:
     cal = IntervalCalibrator(coverage=0.8).fit(*draw(1000))
     resid, groups = draw(4000)
     lo, hi = cal.offsets(groups)
-    cover = coverage_by_group(resid, lo, hi, groups)
-    for name in NOVELTY_GROUPS:
-        assert 0.77 <= cover[name]["coverage"] <= 0.83, (name, cover[name])
+    inside = (resid >= lo) & (resid <= hi)
+    for name, i in G.items():
+        assert 0.77 <= inside[groups == i].mean() <= 0.83, (name, inside[groups == i].mean())
     width = {g: float(hi[groups == i][0] - lo[groups == i][0]) for g, i in G.items()}
     assert width["seen_config"] < width["seen_pair_new_shape"] < width["unobserved_pair_1"]
+
+
+def test_coverage_confidence_resamples_whole_families() -> None:
+    from leap.metrics import cluster_interval, effective_clusters
+    from leap.model.train import by_novelty
+
+    rng = np.random.default_rng(0)
+    # 600 rows, 80% inside: as 600 independent rows, then as 12 families of 50 rows that are
+    # inside or outside together (a family's efficiency moves all its attempts).
+    inside = rng.uniform(size=600) < 0.8
+    lo_rows, hi_rows = cluster_interval(inside, np.arange(600))
+    fam = np.repeat(np.arange(12), 50)
+    together = np.repeat(np.arange(12) % 4 != 0, 50)            # 9 of 12 families inside
+    lo_fam, hi_fam = cluster_interval(together, fam)
+    assert lo_rows <= inside.mean() <= hi_rows and hi_rows - lo_rows < 0.1
+    assert lo_fam <= together.mean() <= hi_fam and hi_fam - lo_fam > 0.25
+    assert cluster_interval(together, fam) == (lo_fam, hi_fam)  # seeded: reproducible
+    assert cluster_interval(np.empty(0, bool), np.empty(0)) is None
+    # One busy family and nine small ones are worth under two families.
+    busy = np.r_[np.zeros(91), np.arange(1, 10)]
+    assert 1.0 < effective_clusters(busy) < 1.3
+
+    # by_novelty carries both, per group, beside the shares it always gave.
+    y = np.zeros(600)
+    pred = np.where(together, 0.0, 1.0)      # misses are outside a +-0.5 interval
+    group = np.full(600, G["new_family"])
+    out = by_novelty(pred, y, group, (pred - 0.5, pred + 0.5), fam.astype(str))
+    g = out["new_family"]
+    assert g.interval_coverage == pytest.approx(together.mean())
+    assert g.accuracy == pytest.approx(together.mean())
+    assert g.effective_families == pytest.approx(12.0)
+    assert g.interval_coverage_ci == (lo_fam, hi_fam)
+    assert by_novelty(pred, y, group).get("new_family").effective_families is None
 
 
 def test_conformal_quantiles_use_finite_sample_ranks() -> None:

@@ -14,6 +14,8 @@ import numpy as np
 from leap.records import Record
 
 TOLERANCE = 0.20
+#: Resamples behind :func:`cluster_interval`.
+CLUSTER_DRAWS = 1000
 
 
 def within(pred: np.ndarray, actual: np.ndarray, tolerance: float = TOLERANCE) -> np.ndarray:
@@ -44,6 +46,49 @@ def interval_coverage(actual: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> flo
     if not has.any():
         return None
     return float(np.mean((lo[has] <= actual[has]) & (actual[has] <= hi[has])))
+
+
+def effective_clusters(cluster: np.ndarray) -> float:
+    """How many independent observations rows in ``cluster`` (e.g. their family) are worth
+    when each cluster's rows rise and fall together: ``(sum n_c)^2 / sum n_c^2``.
+
+    >>> effective_clusters(np.array(["a"] * 8 + ["b", "c"]))
+    1.5151515151515151
+    """
+    _, n = np.unique(np.asarray(cluster), return_counts=True)
+    return float(n.sum() ** 2 / (n.astype(np.float64) ** 2).sum()) if len(n) else 0.0
+
+
+def cluster_interval(hit: np.ndarray, cluster: np.ndarray, level: float = 0.9,
+                     draws: int = CLUSTER_DRAWS, seed: int = 0) -> tuple[float, float] | None:
+    """A ``level`` confidence interval for the share of ``hit`` rows, resampling whole
+    clusters (percentile bootstrap). A family's attempts share its errors, so a group of
+    500 attempts from a dozen busy families is worth about a dozen observations, not 500.
+    None without rows.
+
+    >>> hit = np.r_[np.ones(50, bool), np.zeros(50, bool)]
+    >>> lo, hi = cluster_interval(hit, np.repeat([0, 1], 50))   # two families: anything
+    >>> lo, hi
+    (0.0, 1.0)
+    >>> lo, hi = cluster_interval(hit, np.arange(100))           # 100 independent rows
+    >>> 0.38 < lo < 0.45 and 0.55 < hi < 0.62
+    True
+    """
+    hit = np.asarray(hit, dtype=np.float64)
+    if not len(hit):
+        return None
+    _, inv = np.unique(np.asarray(cluster), return_inverse=True)
+    k = int(inv.max()) + 1
+    hits, rows = np.bincount(inv, weights=hit, minlength=k), np.bincount(inv, minlength=k)
+    rng = np.random.default_rng(seed)
+    shares = np.empty(draws)
+    step = max(1, 1_000_000 // k)   # resamples at a time: about a million draws of memory
+    for at in range(0, draws, step):
+        take = rng.integers(0, k, size=(min(step, draws - at), k))
+        shares[at:at + len(take)] = hits[take].sum(axis=1) / rows[take].sum(axis=1)
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(shares, [tail, 1.0 - tail])
+    return float(lo), float(hi)
 
 
 def accuracy(pred: np.ndarray, actual: np.ndarray, weights: np.ndarray | None = None,

@@ -130,6 +130,8 @@ def print_train(out: dict[str, Any]) -> None:
             t.add_row(f"{int(blk['n']):,}", _pct(blk["accuracy"]),
                       _pct(blk.get("accuracy_gpu_hours")), _pct(blk["median_ape"]), name)
         console.print(t)
+        if held.get("novelty"):
+            console.print(_novelty_table(held["novelty"]))
         if "oracle_ceiling" in held:
             console.print(f"oracle ceiling (simulator truth within ±20%): "
                           f"{_pct(held['oracle_ceiling'])}")
@@ -145,6 +147,25 @@ def print_train(out: dict[str, Any]) -> None:
                       f"{gate['current_version']} {_pct(gate['current_accuracy'])}")
     t = out["timings_s"]
     console.print("time: " + ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in t.items()))
+
+
+def _span(ci: Any) -> str:
+    return "" if not ci else f" ({100 * ci[0]:.0f}–{100 * ci[1]:.0f})"
+
+
+def _novelty_table(groups: dict[str, Any]) -> Table:
+    """The held-out day by novelty group, with family-resampled 90% confidence intervals."""
+    t = Table(title="by novelty group (90% confidence: families resampled)")
+    for col in ("rows", "families", "accuracy ±20%", "in 80% interval"):
+        t.add_column(col, justify="right")
+    t.add_column("group")
+    for name, g in groups.items():
+        fams = g.get("effective_families")
+        t.add_row(f"{int(g['n']):,}", "—" if fams is None else f"{fams:,.0f}",
+                  _pct(g["accuracy"]) + _span(g.get("accuracy_ci")),
+                  _pct(g.get("interval_coverage")) + _span(g.get("interval_coverage_ci")),
+                  name.replace("_", " "))
+    return t
 
 
 @models_app.command("list", epilog="Example: leap models list --json")

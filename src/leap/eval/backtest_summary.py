@@ -42,17 +42,26 @@ SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
     "night_s": ("timings_s", "night_s"),
     "fit_s": ("timings_s", "fit_s"),
 }
+#: Figures also pooled over the nights' rows: name -> path of each night's row count.
+POOL_WEIGHTS: dict[str, tuple[str, ...]] = {
+    f"{kind}_{what}_{group}": ("held_out", key, group, "n")
+    for kind, key in (("novelty", "novelty"), ("masked", "masked_pairs"))
+    for group in NOVELTY_GROUPS for what in ("accuracy", "interval_coverage")}
 
 
 @dataclass(frozen=True)
 class Spread(Record):
-    """One night figure over the nights (nights without it skipped)."""
+    """One night figure over the nights (nights without it skipped); for a share of rows
+    (:data:`POOL_WEIGHTS`), ``pooled`` is its share of all the nights' rows together."""
+
+    OMIT_NONE = frozenset({"pooled"})
 
     median: float
     min: float
     max: float
     mean: float
     n: int
+    pooled: float | None = None
 
 
 @dataclass(frozen=True)
@@ -102,11 +111,21 @@ def summarize(nights: Sequence[Mapping[str, Any]]) -> BacktestSummary:
     --------
     >>> s = summarize([{"held_out": {"accuracy": a}} for a in (0.7, 0.8, 0.75)])
     >>> s.figure("accuracy")
-    Spread(median=0.75, min=0.7, max=0.8, mean=0.75, n=3)
+    Spread(median=0.75, min=0.7, max=0.8, mean=0.75, n=3, pooled=None)
+    >>> g = [{"held_out": {"novelty": {"new_family": {"n": n, "interval_coverage": c}}}}
+    ...      for n, c in ((100, 0.9), (300, 0.7))]
+    >>> summarize(g).figure("novelty_interval_coverage_new_family").pooled
+    0.75
     """
     figures: dict[str, Spread | None] = {}
     for name, path in SUMMARY_FIELDS.items():
-        vals = [v for v in (_get(n, path) for n in nights) if np.isfinite(v)]
+        both = [(v, _get(n, POOL_WEIGHTS[name]) if name in POOL_WEIGHTS else 1.0)
+                for v, n in ((_get(n, path), n) for n in nights) if np.isfinite(v)]
+        vals = [v for v, _ in both]
+        w = np.array([n for _, n in both])
+        pooled = float(np.dot(vals, w) / w.sum()) \
+            if name in POOL_WEIGHTS and vals and np.isfinite(w).all() and w.sum() > 0 else None
         figures[name] = Spread(median=statistics.median(vals), min=min(vals), max=max(vals),
-                               mean=statistics.fmean(vals), n=len(vals)) if vals else None
+                               mean=statistics.fmean(vals), n=len(vals),
+                               pooled=pooled) if vals else None
     return BacktestSummary(nights=len(nights), figures=figures, paper=dict(PAPER))

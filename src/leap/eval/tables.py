@@ -107,14 +107,20 @@ def backtest_tables(bt: BacktestResult) -> list[Table]:
         cells = [s.figure(f"{kind}_{what}_{g}") for kind in ("novelty", "masked")
                  for what in ("accuracy", "interval_coverage")]
         if any(cells):
-            groups.append((g.replace("_", " "), *(pct(c.median) if c else "—"
-                                                  for c in cells)))
+            acc, cover, m_acc, m_cover = cells
+            groups.append((g.replace("_", " "),
+                           *(f"{pct(c.median)} / {pct(c.pooled)}" if c else "—"
+                             for c in (acc, cover)),
+                           f"{pct(cover.min)}–{pct(cover.max)}" if cover else "—",
+                           *(f"{pct(c.median)} / {pct(c.pooled)}" if c else "—"
+                             for c in (m_acc, m_cover))))
     if groups:
         tables.append(Table(
-            "backtest_novelty", "backtest by novelty group (median over nights): as "
-            "attempts came, and the same attempts with their own (family, type) history "
-            "masked", ("group", "±20%", "80% interval covers", "±20%, masked",
-                       "covers, masked"), tuple(groups)))
+            "backtest_novelty", "backtest by novelty group (median night / all nights' "
+            "attempts pooled): as attempts came, and the same attempts with their own "
+            "(family, type) history masked", ("group", "±20%", "80% interval covers",
+                                              "covers, nights' range", "±20%, masked",
+                                              "covers, masked"), tuple(groups)))
     return tables
 
 

@@ -32,7 +32,7 @@ from leap.features.history import LEVELS, Snapshot
 from leap.memory import release_free_memory
 from leap.model.artifact import Artifact, Registry, history_alone, write_artifact
 from leap.model.cascade import CascadeModel, Fitter, GBMParams, GlobalModel
-from leap.model.intervals import IntervalCalibrator, coverage_by_group
+from leap.model.intervals import IntervalCalibrator
 from leap.model.split import Model, NoveltySplitModel
 from leap.model.window import (
     EncodeCache,
@@ -50,12 +50,19 @@ from leap.records import Record
 @dataclass(frozen=True)
 class GroupSummary(metrics.Summary):
     """The accuracy block of one novelty group, with its share of the rows and the coverage
-    of its intervals (:func:`by_novelty`)."""
+    of its intervals (:func:`by_novelty`); given the rows' families, how many independent
+    families the rows are worth (:func:`~leap.metrics.effective_clusters`) and 90%
+    confidence intervals of the accuracy and the coverage, resampling whole families
+    (:func:`~leap.metrics.cluster_interval`)."""
 
-    OMIT_NONE = frozenset({"accuracy_gpu_hours", "interval_coverage"})
+    OMIT_NONE = frozenset({"accuracy_gpu_hours", "interval_coverage", "effective_families",
+                           "accuracy_ci", "interval_coverage_ci"})
 
     share: float = float("nan")
     interval_coverage: float | None = None
+    effective_families: float | None = None
+    accuracy_ci: tuple[float, float] | None = None
+    interval_coverage_ci: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -213,24 +220,35 @@ def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray, day
         median_ape=every.median_ape, accuracy_gpu_hours=every.accuracy_gpu_hours,
         seen_families=metrics.summary(pred[fam_seen], actual[fam_seen]),
         unseen_families=metrics.summary(pred[~fam_seen], actual[~fam_seen]),
-        novelty=None if group is None else by_novelty(pred_log, np.log(actual), group, interval),
+        novelty=None if group is None else by_novelty(
+            pred_log, np.log(actual), group, interval, jobs["family_id"].to_numpy()),
         interval_coverage=coverage)
 
 
 def by_novelty(pred_log: np.ndarray, y: np.ndarray, group: np.ndarray,
-               interval: tuple[np.ndarray, np.ndarray] | None = None
-               ) -> dict[str, GroupSummary]:
-    """Accuracy, MdAPE, share of rows and interval coverage per novelty group (log inputs)."""
+               interval: tuple[np.ndarray, np.ndarray] | None = None,
+               family: np.ndarray | None = None) -> dict[str, GroupSummary]:
+    """Accuracy, MdAPE, share of rows and interval coverage per novelty group (log inputs);
+    with each row's ``family``, the group's effective families and family-resampled 90%
+    confidence intervals of both shares."""
     out: dict[str, GroupSummary] = {}
-    cover = coverage_by_group(y, *interval, group) if interval is not None else {}
+    inside = None if interval is None else (y >= interval[0]) & (y <= interval[1])
     for i, name in enumerate(NOVELTY_GROUPS):
         m = group == i
         if not m.any():
             continue
         block = metrics.summary(np.exp(pred_log[m]), np.exp(y[m]))
+        spread: dict[str, Any] = {}
+        if family is not None:
+            fam = family[m]
+            spread = {"effective_families": metrics.effective_clusters(fam),
+                      "accuracy_ci": metrics.cluster_interval(
+                          metrics.within_log(pred_log[m] - y[m]), fam)}
+            if inside is not None:
+                spread["interval_coverage_ci"] = metrics.cluster_interval(inside[m], fam)
         out[name] = GroupSummary(**block.to_dict(), share=float(m.mean()),
-                                 interval_coverage=cover[name]["coverage"]
-                                 if name in cover else None)
+                                 interval_coverage=None if inside is None
+                                 else float(inside[m].mean()), **spread)
     return out
 
 
@@ -318,7 +336,9 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
             if intervals is not None:
                 lo_m, hi_m = intervals.offsets(g, new_vendor(Xm, ts.spec.names))
                 masked_interval = (pm + lo_m, pm + hi_m)
-            held = replace(held, masked_pairs=by_novelty(pm, ym, g, masked_interval))
+            held = replace(held, masked_pairs=by_novelty(
+                pm, ym, g, masked_interval,
+                ts.eval_jobs["family_id"].to_numpy()[ts.eval_masked_rows]))
     result_metrics = WindowMetrics(train_rows=len(ts.y), masked_train_rows=int(ts.masked.sum()),
                                    window=window, held_out=held)
     manifest["metrics"] = result_metrics.to_dict()
