@@ -238,6 +238,29 @@ def test_new_family_interval_is_the_union_of_natural_and_masked_families() -> No
     assert lo <= min(m_lo, n_lo) + 0.02 and hi >= max(m_hi, n_hi) - 0.02
 
 
+def test_new_family_interval_weighs_each_family_once() -> None:
+    """One busy new family (its 300 attempts share its efficiency) must not set the
+    interval that the other 90 families' attempts will meet; with one row per family the
+    family weighting is the plain conformal interval, rank for rank."""
+    rng = np.random.default_rng(7)
+    small = rng.normal(0.0, 0.5, 90)
+    resid = np.r_[np.full(300, 2.0), small]
+    family = np.r_[np.zeros(300), np.arange(1, 91)]
+    groups = np.full(len(resid), G["new_family"])
+    by_rows = IntervalCalibrator().fit(resid, groups).quantiles_["new_family"]
+    by_family = IntervalCalibrator().fit(resid, groups, family=family).quantiles_["new_family"]
+    assert by_rows[1] == 2.0                              # the busy family sets the top
+    s_lo, s_hi = np.quantile(small, [0.1, 0.9])
+    assert by_family[1] < 1.0 and abs(by_family[1] - s_hi) < 0.25
+    assert abs(by_family[0] - s_lo) < 0.25
+    one_each = IntervalCalibrator().fit(small, groups[:90], family=np.arange(90))
+    assert one_each.quantiles_ == IntervalCalibrator().fit(small, groups[:90]).quantiles_
+    # Only the new-family group is weighed by family.
+    seen = np.full(len(resid), G["seen_config"])
+    assert IntervalCalibrator().fit(resid, seen, family=family).quantiles_["seen_config"] \
+        == IntervalCalibrator().fit(resid, seen).quantiles_["seen_config"]
+
+
 def test_rows_on_a_type_new_to_the_window_take_the_wider_new_type_interval() -> None:
     """Rows encoded as if nobody had run on their type calibrate one more cell; a row on
     such a type is covered by it where its group's interval is too narrow, and keeps its

@@ -28,7 +28,13 @@ from leap.model.cascade import CascadeModel, GBMParams, GlobalModel
 from leap.model.parity import check_parity
 from leap.model.split import NoveltySplitModel, model_from_files
 from leap.model.train import train_nightly
-from leap.model.window import build_training_set, load_attempts, new_type_rows
+from leap.model.window import (
+    build_training_set,
+    family_codes,
+    load_attempts,
+    new_type_rows,
+    succeeded_attempts,
+)
 
 CAT = Catalog.default()
 runner = CliRunner()
@@ -87,8 +93,20 @@ def test_days_encoded_side_by_side_are_the_days_encoded_one_by_one(
     one = build_training_set(attempts, CAT, SMALL_AS_OF, replace(cfg, threads=1))
     two = build_training_set(attempts, CAT, SMALL_AS_OF, replace(cfg, threads=2))
     assert one.masked.any() and len(one.y) > 1000
-    for name in ("X", "y", "day", "masked", "group", "eval_X", "eval_masked_X"):
+    for name in ("X", "y", "day", "masked", "group", "family", "eval_X", "eval_masked_X"):
         np.testing.assert_array_equal(getattr(one, name), getattr(two, name), err_msg=name)
+    # Each row carries its attempt's family: the day's rows in order, and a masked copy its
+    # original's (the family weighs a new family's calibration rows, see intervals).
+    assert len(one.family) == len(one.y) and len(np.unique(one.family)) > 10
+    natural = set(zip(one.day[~one.masked], one.y[~one.masked], one.family[~one.masked],
+                      strict=True))
+    assert set(zip(one.day[one.masked], one.y[one.masked], one.family[one.masked],
+                   strict=True)) <= natural
+    last = attempts[(attempts["submitted_at"] >= SMALL_AS_OF - timedelta(days=1))
+                    & (attempts["submitted_at"] < SMALL_AS_OF)]
+    on_last = (one.day == cfg.window_days - 1) & ~one.masked
+    np.testing.assert_array_equal(
+        one.family[on_last], family_codes(succeeded_attempts(last, CAT)["family_id"]))
 
 
 def test_boosters_grown_side_by_side_are_the_boosters_grown_one_by_one() -> None:

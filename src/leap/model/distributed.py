@@ -161,7 +161,7 @@ def _held_out_task(task: EncodeTask) -> HeldOut:
 def _small(blocks: DayBlocks) -> DayBlocks:
     """The task's result without its feature rows (what comes back to the client)."""
     return DayBlocks(X=np.empty((len(blocks.y), 0)), y=blocks.y, day=blocks.day,
-                     masked=blocks.masked, group=blocks.group,
+                     masked=blocks.masked, group=blocks.group, family=blocks.family,
                      snapshot_s=blocks.snapshot_s, features_s=blocks.features_s)
 
 
@@ -210,7 +210,8 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
     blocks = DayBlocks(X=X, y=np.concatenate([p.y for p in parts])[order],
                        day=np.concatenate([p.day for p in parts])[order],
                        masked=np.concatenate([p.masked for p in parts])[order],
-                       group=np.concatenate([p.group for p in parts])[order])
+                       group=np.concatenate([p.group for p in parts])[order],
+                       family=np.concatenate([p.family for p in parts])[order])
     timings = {"features_wall_s": time.perf_counter() - t0,
                "snapshot_s": sum(p.snapshot_s for p in parts) + held.snapshot_s,
                "features_s": sum(p.features_s for p in parts) + held.features_s}

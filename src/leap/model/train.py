@@ -198,7 +198,8 @@ def calibrate_intervals(model: Model, ts: TrainingSet,
         new_type_resid = ts.new_type_y - history_alone(
             model.predict(Xn, base=base), base, Xn, ts.spec.names, np.ones(len(Xn), bool))
     return calibrator.fit(ts.y[val] - pred, ts.group[val], ts.masked[val],
-                          new_vendor(X, ts.spec.names), new_type_resid)
+                          new_vendor(X, ts.spec.names), new_type_resid,
+                          ts.family[val] if len(ts.family) == len(ts.y) else None)
 
 
 def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray, day: str,

@@ -122,6 +122,7 @@ class TrainingSet:
     encoded that way (``eval_masked_rows`` are their positions in ``eval_jobs``).
     ``new_type_X`` and ``new_type_y`` are validation rows encoded as if nobody had run on
     their type (:func:`new_type_rows`): never fitted on, they calibrate a new type's interval.
+    ``family`` is each row's family code (:func:`family_codes`).
     """
 
     X: np.ndarray
@@ -140,6 +141,7 @@ class TrainingSet:
     eval_masked_group: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     new_type_X: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
     new_type_y: np.ndarray = field(default_factory=lambda: np.empty(0))
+    family: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -348,6 +350,7 @@ class DayBlocks:
     day: np.ndarray
     masked: np.ndarray
     group: np.ndarray
+    family: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
     snapshot_s: float = 0.0
     features_s: float = 0.0
 
@@ -374,16 +377,17 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     X = np.empty((2 * sum(len(a) for a in day_attempts.values()), len(FEATURE_NAMES)),
                  dtype=TRAIN_DTYPE)
 
-    def encode_day(d: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray],
-                                    float, float]:
-        """Day ``d``'s log throughputs, rows and masked rows, and the seconds its snapshots
-        and its encoding took."""
+    def encode_day(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                    tuple[np.ndarray, np.ndarray], float, float]:
+        """Day ``d``'s log throughputs, family codes, rows and masked rows, and the seconds
+        its snapshots and its encoding took."""
         start = starts[d]
         rows = succeeded_attempts(day_attempts[d], catalog)
         y = np.log(rows["throughput"].to_numpy(dtype=np.float64))
+        fam = family_codes(rows["family_id"])
         if len(rows) == 0:
             none = np.empty((0, len(FEATURE_NAMES)), dtype=TRAIN_DTYPE)
-            return y, none, (none, np.empty(0, dtype=np.int64)), 0.0, 0.0
+            return y, fam, none, (none, np.empty(0, dtype=np.int64)), 0.0, 0.0
         snap_s = enc_s = 0.0
         key = (start.date().isoformat(), spec_key)
         hit = cache.blocks.get(key) if cache is not None else None
@@ -409,10 +413,11 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
             snap_s += time.perf_counter() - t1
             if cache is not None:
                 cache.masked[mkey] = mhit
-        return y, hit, mhit, snap_s, enc_s
+        return y, fam, hit, mhit, snap_s, enc_s
 
     filled = 0
     ys: list[np.ndarray] = []
+    fams: list[np.ndarray] = []
     day_of: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     snap_s = enc_s = 0.0
@@ -421,8 +426,8 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     # only the builder, and each masks with its own seed), each copied into the matrix in
     # day order as soon as it is ready.
     encoded = map_in_order(encode_day, days, cfg.threads)
-    for i, (d, (y, hit, mhit, day_snap_s, day_enc_s)) in enumerate(zip(days, encoded,
-                                                                          strict=True)):
+    for i, (d, (y, fam, hit, mhit, day_snap_s, day_enc_s)) in enumerate(
+            zip(days, encoded, strict=True)):
         if progress:
             progress("features", i + 1, len(days) + 1)
         snap_s += day_snap_s
@@ -433,6 +438,7 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
             X[filled:filled + len(block)] = block
             filled += len(block)
         ys += [y, y[mhit[1]]]
+        fams += [fam, fam[mhit[1]]]
         day_of += [np.full(len(y), d), np.full(len(mhit[1]), d)]
         masks += [np.zeros(len(y), dtype=bool), np.ones(len(mhit[1]), dtype=bool)]
         release_free_memory()  # what the day's snapshots left in the threads' heaps
@@ -445,7 +451,15 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     return DayBlocks(X=X, y=np.concatenate(ys) if ys else np.empty(0),
                      day=np.concatenate(day_of) if day_of else np.empty(0, dtype=np.int64),
                      masked=np.concatenate(masks) if masks else np.empty(0, dtype=bool),
-                     group=novelty(X, FEATURE_NAMES), snapshot_s=snap_s, features_s=enc_s)
+                     group=novelty(X, FEATURE_NAMES),
+                     family=np.concatenate(fams) if fams else np.empty(0, dtype=np.uint64),
+                     snapshot_s=snap_s, features_s=enc_s)
+
+
+def family_codes(family: pd.Series) -> np.ndarray:
+    """A 64-bit code per row of its family (equal names, equal codes), for grouping rows by
+    family without carrying the text."""
+    return pd.util.hash_pandas_object(family.astype(str), index=False).to_numpy()
 
 
 @dataclass
@@ -538,7 +552,8 @@ def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
         group=blocks.group, masked=blocks.masked, eval_group=novelty(held.X, FEATURE_NAMES),
         eval_masked_X=model_X(held.masked_X), eval_masked_rows=held.masked_rows,
         eval_masked_group=novelty(held.masked_X, FEATURE_NAMES),
-        new_type_X=model_X(held.new_type_X), new_type_y=held.new_type_y, timings=timings)
+        new_type_X=model_X(held.new_type_X), new_type_y=held.new_type_y,
+        family=blocks.family, timings=timings)
 
 
 def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
