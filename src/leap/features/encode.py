@@ -96,6 +96,14 @@ class FeatureSpec:
     def categorical(self) -> list[str]:
         return [c for c in CATEGORICAL if c in self.names]
 
+    def from_full(self, X: Any) -> Any:
+        """This spec's columns of rows that hold every feature (:data:`FEATURE_NAMES`, e.g.
+        ``encode`` with the full spec; NumPy or Dask); ``X`` itself, not a copy, when the
+        spec reads every column in order (a 100,000-row copy costs 0.1 s)."""
+        if self.names == FEATURE_NAMES:
+            return X
+        return X[:, [FEATURE_NAMES.index(n) for n in self.names]]
+
     @classmethod
     def fit(cls, jobs: pd.DataFrame, catalog: Catalog) -> FeatureSpec:
         """Vocabularies: hardware and vendor from the catalog, precision from the schema,

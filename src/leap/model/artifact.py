@@ -94,8 +94,6 @@ class Artifact:
 
     def __post_init__(self) -> None:
         self.full_spec = FeatureSpec(names=FEATURE_NAMES, vocab=self.spec.vocab)
-        self.model_cols = np.array([FEATURE_NAMES.index(n) for n in self.spec.names],
-                                   dtype=np.intp)
         self._absent: np.ndarray | None = None
 
     @property
@@ -147,7 +145,7 @@ class Artifact:
 
         A model trained on too few rows to calibrate intervals has NaN ``lo`` and ``hi``.
         """
-        X = X_full[:, self.model_cols]
+        X = self.spec.from_full(X_full)
         group = novelty(X_full, FEATURE_NAMES)
         if len(X) == 0:
             return Prediction(np.empty(0), np.empty(0), np.empty(0), group)

@@ -540,11 +540,7 @@ def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
                  timings: dict[str, float]) -> TrainingSet:
     """A :class:`TrainingSet` of a window's encoded days (``blocks.X`` may be a dask array,
     see :mod:`leap.model.distributed`) and its held-out day."""
-    model_cols = [FEATURE_NAMES.index(n) for n in spec.names]
-    every = model_cols == list(range(len(FEATURE_NAMES)))
-
-    def model_X(X: Any) -> Any:  # no copy when the model reads every column
-        return X if every else X[:, model_cols]
+    model_X = spec.from_full
     return TrainingSet(
         X=model_X(blocks.X), y=blocks.y, day=blocks.day,
         spec=spec, fallback_log_tp=float(np.median(blocks.y[~blocks.masked])),
