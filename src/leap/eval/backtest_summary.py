@@ -119,12 +119,13 @@ def summarize(nights: Sequence[Mapping[str, Any]]) -> BacktestSummary:
     """
     figures: dict[str, Spread | None] = {}
     for name, path in SUMMARY_FIELDS.items():
-        both = [(v, _get(n, POOL_WEIGHTS[name]) if name in POOL_WEIGHTS else 1.0)
-                for v, n in ((_get(n, path), n) for n in nights) if np.isfinite(v)]
-        vals = [v for v, _ in both]
-        w = np.array([n for _, n in both])
+        weight = POOL_WEIGHTS.get(name)
+        kept = [(v, _get(night, weight) if weight else 1.0)
+                for night in nights if np.isfinite(v := _get(night, path))]
+        vals = [v for v, _ in kept]
+        w = np.array([n for _, n in kept])
         pooled = float(np.dot(vals, w) / w.sum()) \
-            if name in POOL_WEIGHTS and vals and np.isfinite(w).all() and w.sum() > 0 else None
+            if weight and vals and np.isfinite(w).all() and w.sum() > 0 else None
         figures[name] = Spread(median=statistics.median(vals), min=min(vals), max=max(vals),
                                mean=statistics.fmean(vals), n=len(vals),
                                pooled=pooled) if vals else None

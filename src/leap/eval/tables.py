@@ -111,7 +111,7 @@ def backtest_tables(bt: BacktestResult) -> list[Table]:
             groups.append((g.replace("_", " "),
                            *(f"{pct(c.median)} / {pct(c.pooled)}" if c else "—"
                              for c in (acc, cover)),
-                           f"{pct(cover.min, 0)[:-1]}–{pct(cover.max, 0)}" if cover else "—",
+                           f"{cover.min:.0%}–{cover.max:.0%}" if cover else "—",
                            *(f"{pct(c.median)} / {pct(c.pooled)}" if c else "—"
                              for c in (m_acc, m_cover))))
     if groups:
