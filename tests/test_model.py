@@ -428,6 +428,16 @@ def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> 
     out = json.loads(res.stdout)
     assert out["published"] and 0 < out["metrics"]["held_out"]["accuracy"] <= 1
     assert 0.8 < out["metrics"]["held_out"]["oracle_ceiling"] <= 1.0
+    # Each novelty group with the families it is worth and its family-resampled confidence,
+    # printed as a table without --json.
+    seen = out["metrics"]["held_out"]["novelty"]["seen_config"]
+    lo, hi = seen["interval_coverage_ci"]
+    assert seen["effective_families"] >= 1 and lo <= seen["interval_coverage"] <= hi
+    from leap.cli import console
+    from leap.cli.model import print_train
+    with console.capture() as shown:
+        print_train(out)
+    assert "by novelty group" in shown.get() and "seen config" in shown.get()
     res = runner.invoke(app, [*home, "models", "list", "--json"])
     listing = json.loads(res.stdout)
     assert listing["latest"] == out["version"] and len(listing["versions"]) == 2
