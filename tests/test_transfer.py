@@ -482,6 +482,52 @@ def test_twins_that_disagree_are_read_like_any_other_types() -> None:
     assert idx.twin_distance(cat) is None
 
 
+def test_a_type_nobody_ran_on_is_read_from_the_nearest_of_many_types_a_family_ran_on() -> None:
+    """A family that ran on LOCAL_MIN_TYPES of the target's vendor's types or more is read
+    from its nearest type alone; one that ran on fewer, by the pair model from its nearest
+    PAIR_NEAREST (here a pair model that predicts no change: their median)."""
+    from dataclasses import replace
+
+    many = ["V100-SXM2-32GB", "T4", "A10G", "L4", "L40S", "A100-SXM4-80GB", "H100-PCIe",
+            "H100-SXM", "H200"]
+    few = ["A10G", "L4", "H100-PCIe", "H100-SXM"]
+    assert len(many) >= transfer.LOCAL_MIN_TYPES > len(few)
+    off = {h: 0.1 * k for k, h in enumerate(many)}   # each type's residual its own
+    rows = [{"family_id": fam, "hardware": h, "shape": "1/1/32", "fam_hw_shape_med_r": off[h],
+             "fam_hw_shape_med_y": off[h] + 2.0}
+            for fam, types in (("g", many), ("s", few)) for h in types]
+    shapes = pd.DataFrame(rows)
+    fam_hw = shapes.drop(columns="shape").rename(columns={"fam_hw_shape_med_y": "fam_hw_med_y",
+                                                          "fam_hw_shape_med_r": "fam_hw_med_r"})
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    idx = TransferIndex(fam_hw, empty, _NoRatio(), shapes)  # type: ignore[arg-type]
+    idx.spec_rule = lambda catalog: None  # type: ignore[method-assign]  # moves: physics ratio
+    h100 = CAT["H100-SXM"]
+    # Half again H100's FLOP/s and bandwidth: nearest to H200 (0.45 in summed log ratios).
+    new = replace(h100, name="H100-NEW", peak_bf16_tflops=1.5 * h100.peak_bf16_tflops,
+                  mem_bw_gb_per_s=1.5 * h100.mem_bw_gb_per_s)
+    cat = Catalog([*(CAT[h] for h in CAT), new])
+    fams = ["g", "s"]
+    keys = {k: np.concatenate([_keys(f, 1)[k] for f in fams]) for k in _keys("f", 1)}
+    keys["shape"] = np.array(["1/1/32"] * 2, dtype=object)
+    hw = np.array(["H100-NEW"] * 2, dtype=object)
+    jobs = Columns.from_frame(pd.DataFrame({"family_id": fams, "hardware": hw,
+                                            "batch_size": 32, "trainer_count": 1}))
+    out = idx.features(keys, hw, cat, np.full(2, 3.0), jobs)
+    np.testing.assert_allclose(out["xfer_p_r"], [off["H200"], np.median([off[h] for h in few])])
+    # A type the window knows (H100-SXM, g's own level left out) is read by the pair model
+    # however many types the family ran on: the median of its four nearest, not H200 alone.
+    def spec(h: str) -> np.ndarray:
+        return np.log([cat[h].peak_bf16_tflops, cat[h].mem_bw_gb_per_s])
+
+    others = [h for h in many if h != "H100-SXM"]
+    near = sorted(others, key=lambda h: np.abs(spec(h) - spec("H100-SXM")).sum())[:4]
+    known = np.array(["H100-SXM"] * 2, dtype=object)
+    out = idx.features(keys, known, cat, np.full(2, 3.0), jobs.with_hardware(known))
+    assert out["xfer_p_r"][0] == pytest.approx(np.median([off[h] for h in near]))
+    assert out["xfer_p_r"][0] != pytest.approx(off["H200"])
+
+
 def test_without_flops_the_physics_estimate_is_the_spec_proxy_not_the_batch() -> None:
     """A job with a parameter count but no FLOPs: the weight-streaming bound is reported, but
     the estimate residuals are read over is the hardware proxy, which no batch size moves

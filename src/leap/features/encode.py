@@ -26,7 +26,7 @@ from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
 
-FEATURE_VERSION = 15
+FEATURE_VERSION = 16
 
 #: Rows :func:`encode` computes at a time (the result is the same for any block size).
 ENCODE_CHUNK_ROWS = 32_768

@@ -80,6 +80,20 @@ PAIR_NEAREST = 4
 TWIN_DISTANCES = (0.05, 0.1)
 #: Moves from a twin the window needs to judge twins at all.
 TWIN_MIN_CELLS = 30
+#: Types of the target's vendor a family must have run on for a type nobody ran on in the
+#: window to be read from the nearest of them alone, carried by
+#: :meth:`TransferIndex.spec_rule`, not by the pair model from its PAIR_NEAREST nearest. The
+#: pair model knows such a type only by its specs, which its trees place in whatever leaf
+#: holds them; the nearest of many types leaves the smallest move to carry. Where a family
+#: ran on few types its nearest can be far, and the pair model's ratios, learned over many
+#: families, carried better: reading the nearest type alone on every table took Sia (five
+#: types) from 36.5% to 23% with a type held out. On the public Lambda PyTorch table (33
+#: types), each type held out in turn: 61.0% within +-20% without this reading, 66.7 / 67.7 /
+#: 63.7% from 4 / 8 / 12 types; 8 (twice PAIR_NEAREST) was chosen knowing those figures and
+#: that Sia's families ran on at most five types (see the README's public-data figures). Of
+#: the target's own vendor only: read from another vendor's nearest type, the default
+#: fleet's MI300X and Gaudi3 held out of training fell from 38.1 / 34.2% to 35.0 / 29.7%.
+LOCAL_MIN_TYPES = 8
 
 
 class _CatalogView(NamedTuple):
@@ -295,7 +309,11 @@ class TransferIndex:
           closing note of issue 10); for a type nobody ran on in the window, only the
           family's types within :meth:`twin_distance` of it where it ran on any (on the
           public Lambda PyTorch table, with each type held out in turn, leap went from
-          51.0% to 56.7% within +-20%); ``xfer_p_sd``: their spread;
+          51.0% to 56.7% within +-20%); but for a type nobody ran on, where the family ran
+          on :data:`LOCAL_MIN_TYPES` of the target's vendor's types or more, the nearest of
+          them alone (every one at the least spec distance), its level read as above and
+          carried by :meth:`spec_rule`, not the pair model (that table: 61.0% to 67.7%);
+          ``xfer_p_sd``: their spread;
         - ``xfer_s_r``: where the family ran on the row's own type, its residual in the
           :data:`SHAPE_NEAREST` shapes nearest to the job's that it ran there (never the
           job's own), carried to the job's shape by the shape boosters; their median
@@ -361,6 +379,9 @@ class TransferIndex:
         # cross-type moves favour, where one beats the physics ratio (see `spec_rule`).
         virt = (b == virtual) & np.isfinite(t).all(axis=1)
         spec_r = None
+        # The residual's move from each observed type to a type nobody ran on, by the spec
+        # rule (None: the physics ratio carries it, the residual as is).
+        spec_move: np.ndarray | None = None
         if virt.any() and jobs is not None and (share := self.spec_rule(catalog)) is not None:
             # The job's own physics estimate on each observed type: the move from there to
             # the target is the hardware's alone (the family's own shape may differ there).
@@ -371,7 +392,9 @@ class TransferIndex:
             phys_a[vr, va] = nan_to(estimates(on, catalog)["log_phys_sps"])
             move_phys = phys_b[virt, None] - phys_a
             move_bw = t[virt, None, 1] - specs[None, :, 1]
-            spec_r = level_s[virt] + (1.0 - share) * (move_bw - move_phys)
+            spec_move = np.zeros(level.shape)
+            spec_move[virt] = (1.0 - share) * (move_bw - move_phys)
+            spec_r = level_s[virt] + spec_move[virt]
             est[virt] = spec_r
         w = np.where(seen, np.log1p(n_mt) + 0.25 * np.log1p(n_all) + 0.1, 0.0)
         wsum = w.sum(axis=1)
@@ -415,6 +438,14 @@ class TransferIndex:
                 # specs alone, so where the family ran on its twins, they alone are read.
                 twin = prefer & virt[:, None] & (nan_to(dist, np.inf) <= radius)
                 use = np.where(twin.any(axis=1)[:, None], twin, use)
+            # A type nobody ran on, for a family that ran on many of its vendor's types: the
+            # nearest of them alone, carried by the spec rule.
+            local = virt & (same.sum(axis=1) >= LOCAL_MIN_TYPES)
+            pair_use = use
+            if local.any():
+                d_local = np.where(same[local], nan_to(dist[local], np.inf), np.inf)
+                use = use.copy()
+                use[local] = same[local] & (d_local == d_local.min(axis=1, keepdims=True))
             level_p = level_s
             if "shape" in keys and self.pairs.shape_boosters:
                 # Each row on its own type (xfer_s_r), and each type the pair estimate reads
@@ -434,7 +465,15 @@ class TransferIndex:
                     level_p = level_s.copy()
                     level_p[r, a] = np.where(np.isfinite(carried[m:]), carried[m:],
                                              level_s[r, a])
-            self._pair_features(self.pairs, out, rows, use, level_p, jobs, hardware, catalog)
+            if local.any():
+                r, a = np.nonzero(use & local[:, None])
+                move = 0.0 if spec_move is None else spec_move[r, a]
+                has, med, sd = _row_median(r, level_p[r, a] + move, len(rows))
+                out["xfer_p_r"][rows[has]] = med[has]
+                out["xfer_p_sd"][rows[has]] = sd[has]
+                pair_use = pair_use & ~has[:, None]  # the rest: the pair model, as any row
+            self._pair_features(self.pairs, out, rows, pair_use, level_p, jobs, hardware,
+                                catalog)
         return out
 
     def _same_shape(self, group: np.ndarray, seen: np.ndarray, shape: np.ndarray,
