@@ -344,6 +344,30 @@ def test_pair_model_round_trips_through_a_snapshot(tmp_path: Path, attempts: pd.
         Snapshot.load(tmp_path / "snap")
 
 
+def test_a_shape_out_of_the_shape_boosters_reach_starts_from_the_other_types(
+        attempts: pd.DataFrame, model: PairModel) -> None:
+    """A family's level on a type, measured only at shapes farther from the job's than the
+    shape boosters reach, is not where ``hist_est`` starts: the family's level at the job's
+    shape on its other types (``xfer_p_r``) is."""
+    builder = HistoryBuilder(prepare_history(attempts, CAT), lookback_days=30,
+                             pairs=lambda _: model)
+    snap = builder.snapshot(AS_OF)
+    builder.close()
+    spec = FeatureSpec(names=FEATURE_NAMES, vocab=FeatureSpec.fit(attempts, CAT).vocab)
+    near = attempts.head(6)
+    # A batch per device far beyond any move the boosters learned from.
+    far = near.assign(batch_size=near["batch_size"] * 2**16)
+    X = encode(pd.concat([near, far]), snap, CAT, spec)
+    col = {c: X[:, FEATURE_NAMES.index(c)] for c in (
+        "hist_est", "log_phys_sps", "xfer_s_r", "xfer_p_r", "fam_hw_med_r")}
+    hist = col["hist_est"] - col["log_phys_sps"]
+    assert np.isfinite(col["fam_hw_med_r"]).all()  # every family ran on its row's type
+    assert np.isfinite(col["xfer_s_r"][:6]).all() and np.isnan(col["xfer_s_r"][6:]).all()
+    assert np.isfinite(col["xfer_p_r"][6:]).all()
+    np.testing.assert_allclose(hist[6:], col["xfer_p_r"][6:])
+    assert not np.allclose(hist[6:], col["fam_hw_med_r"][6:])
+
+
 def test_too_few_pairs_train_no_pair_model(attempts: pd.DataFrame) -> None:
     one_type = attempts[attempts["hardware"] == "L4"]
     assert PairModel.fit(one_type, CAT, FAST) is None

@@ -26,7 +26,7 @@ from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
 
-FEATURE_VERSION = 16
+FEATURE_VERSION = 17
 
 #: Rows :func:`encode` computes at a time (the result is the same for any block size).
 ENCODE_CHUNK_ROWS = 32_768
@@ -55,6 +55,17 @@ HARDWARE_SPEC_FEATURES: tuple[str, ...] = _HW
 # has one, else by the transfer tables.
 _RESIDUAL_PRIORITY = ("fam_hw_shape", "xfer_s", "fam_hw_tc", "fam_hw", "xfer", "fam_shape",
                       "fam_vendor", "fam", "mt_hw", "mt")
+#: The family's levels on the row's own type over other shapes. Where the pair model has
+#: shape boosters and none of the family's shapes on the type is within their reach of the
+#: job's (so ``xfer_s`` is missing: :func:`leap.features.pair_rows.within_reach`), these stand
+#: for shapes too far off, and ``hist_est`` starts from ``xfer``, the family's level at this
+#: shape on the types that ran it, instead. Public Sia's multi-device scaling (each type's
+#: multi-device rows held out, its single-device rows kept): the family's single-device level
+#: on the type overshot its 2-64-device figures (predicted / measured median 1.45x), and
+#: 24.0% of the rows were within +-20%, 31.0% with this (FLOP/s ratio 38.5%); Lambda
+#: PyTorch's scaling 79.0 -> 79.4%; the default fleet's nightly model is bit-identical (no
+#: such rows).
+_SHAPE_BOUND_LEVELS = ("fam_hw_tc", "fam_hw")
 #: How many attempts of a configuration's own the family's other shapes on the type, carried
 #: to it (``xfer_s_r``), count as in its ``hist_est``. A configuration run once or twice has
 #: a noisy median: on the harder fleet's held-out day (``leap simulate --scenario novel``,
@@ -266,9 +277,16 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
     level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))
     carried = {"xfer_s": cols["xfer_s_r"],
                "xfer": np.where(np.isfinite(cols["xfer_p_r"]), cols["xfer_p_r"], cols["xfer_r"])}
+    far = None
+    if snapshot.pairs is not None and snapshot.pairs.shape_boosters:
+        # The family ran on this type, but at no shape the shape boosters reach this one from.
+        far = (np.isnan(cols["fam_hw_shape_med_r"]) & np.isnan(carried["xfer_s"])
+               & np.isfinite(cols["fam_hw_med_r"]))
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
         r = carried[name] if name in carried else cols[f"{name}_med_r"]
         take = np.isnan(best) & np.isfinite(r)
+        if far is not None and name in _SHAPE_BOUND_LEVELS:
+            take &= ~far
         best[take] = r[take]
         level_used[take] = rank
     # The configuration's own median, from its n attempts, weighed against the family's
