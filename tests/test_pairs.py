@@ -120,6 +120,17 @@ def model(attempts: pd.DataFrame) -> PairModel:
     return pm
 
 
+@pytest.fixture(scope="module")
+def snap(attempts: pd.DataFrame, model: PairModel) -> Snapshot:
+    """The attempts' snapshot as of AS_OF, carrying ``model``."""
+    builder = HistoryBuilder(prepare_history(attempts, CAT), lookback_days=30,
+                             pairs=lambda _: model)
+    try:
+        return builder.snapshot(AS_OF)
+    finally:
+        builder.close()
+
+
 def test_pair_rows_are_within_one_configuration(attempts: pd.DataFrame) -> None:
     jobs, hw_a, hw_b, tw = pair_training_rows(attempts, CAT)
     # 80 families x 2 configurations x 3 types x 2 others, each ordered pair once.
@@ -316,11 +327,7 @@ def test_masked_rows_with_a_pair_model_cannot_see_their_own_pair(attempts: pd.Da
 
 
 def test_pair_model_round_trips_through_a_snapshot(tmp_path: Path, attempts: pd.DataFrame,
-                                                   model: PairModel) -> None:
-    builder = HistoryBuilder(prepare_history(attempts, CAT), lookback_days=30,
-                             pairs=lambda _: model)
-    snap = builder.snapshot(AS_OF)
-    builder.close()
+                                                   model: PairModel, snap: Snapshot) -> None:
     snap.save(tmp_path / "snap")
     back = Snapshot.load(tmp_path / "snap")
     assert back.pairs is not None and back.pairs.fingerprint() == model.fingerprint()
@@ -345,14 +352,10 @@ def test_pair_model_round_trips_through_a_snapshot(tmp_path: Path, attempts: pd.
 
 
 def test_a_shape_out_of_the_shape_boosters_reach_starts_from_the_other_types(
-        attempts: pd.DataFrame, model: PairModel) -> None:
+        attempts: pd.DataFrame, snap: Snapshot) -> None:
     """A family's level on a type, measured only at shapes farther from the job's than the
     shape boosters reach, is not where ``hist_est`` starts: the family's level at the job's
     shape on its other types (``xfer_p_r``) is."""
-    builder = HistoryBuilder(prepare_history(attempts, CAT), lookback_days=30,
-                             pairs=lambda _: model)
-    snap = builder.snapshot(AS_OF)
-    builder.close()
     spec = FeatureSpec(names=FEATURE_NAMES, vocab=FeatureSpec.fit(attempts, CAT).vocab)
     near = attempts.head(6)
     # A batch per device far beyond any move the boosters learned from.
