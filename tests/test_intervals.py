@@ -287,3 +287,27 @@ def test_rows_on_a_type_new_to_the_window_take_the_wider_new_type_interval() -> 
     assert "new_type" not in few.quantiles_
     np.testing.assert_array_equal(few.offsets(groups, new_type=np.ones(n, bool))[0],
                                   few.offsets(groups)[0])
+
+
+def test_rows_of_a_model_type_new_to_the_window_take_the_wider_cell() -> None:
+    """The new-model-type cell widens a row as the new-type cell does, and only the rows it
+    is asked for; both cells apply together, each side the widest."""
+    rng = np.random.default_rng(7)
+    n = 2000
+    groups = np.full(n, G["new_family"])
+    cal = IntervalCalibrator().fit(rng.normal(0, 0.3, n), groups,
+                                   new_type_resid=rng.normal(0, 0.5, 500),
+                                   new_model_type_resid=rng.normal(0, 1.5, 500))
+    lo_m, hi_m, used = cal.quantiles_["new_model_type"]
+    assert used == 500 and hi_m - lo_m > 3.0
+    truth = rng.normal(0, 1.5, n)
+    which = np.arange(n) % 2 == 0
+    lo, hi = cal.offsets(groups, new_model_type=which)
+    inside = (truth >= lo) & (truth <= hi)
+    assert 0.76 <= inside[which].mean() <= 0.84 and inside[~which].mean() < 0.5
+    both_lo, both_hi = cal.offsets(groups, new_type=np.ones(n, bool), new_model_type=which)
+    np.testing.assert_array_equal(both_lo[which], lo[which])
+    np.testing.assert_array_equal(both_hi[which], hi[which])
+    assert np.all(both_lo[~which] <= lo[~which]) and np.all(both_hi[~which] >= hi[~which])
+    assert np.any(both_hi[~which] > hi[~which])
+    assert IntervalCalibrator.from_json(cal.to_json()).quantiles_ == cal.quantiles_

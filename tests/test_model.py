@@ -32,6 +32,7 @@ from leap.model.window import (
     build_training_set,
     family_codes,
     load_attempts,
+    new_model_type_rows,
     new_type_rows,
     succeeded_attempts,
 )
@@ -323,6 +324,45 @@ def test_a_type_new_to_the_window_gets_its_own_calibrated_interval(
     assert np.all(new.hi[on] - new.log[on] >= hi_t - 1e-12)
     for a, b in zip(new, known, strict=True):
         np.testing.assert_array_equal(a[~on], b[~on])
+
+
+def test_a_model_type_new_to_the_window_gets_its_own_calibrated_interval(
+        trained_workspace: Workspace, attempts: pd.DataFrame) -> None:
+    """Training calibrates a cell from validation rows encoded as if nobody had run their
+    model type; serving gives a job of a model type the window never saw at least that
+    interval, and every other job the interval it had."""
+    art = Registry(trained_workspace.models_dir).load()
+    assert art.intervals is not None
+    lo_m, hi_m, used = art.intervals.quantiles_["new_model_type"]
+    assert used >= art.intervals.min_rows and lo_m < hi_m
+    jobs = attempts[attempts["submitted_at"] >= SMALL_AS_OF].head(400)
+    known = art.predict_interval(jobs)
+    unknown = jobs.assign(model_type="an-architecture-nobody-ran",
+                          family_id=lambda f: "new-" + f["family_id"].astype(str))
+    new = art.predict_interval(unknown)
+    assert np.all(new.lo - new.log <= lo_m + 1e-12)
+    assert np.all(new.hi - new.log >= hi_m - 1e-12)
+    # A new family of a known model type keeps the new-family interval alone.
+    sibling = art.predict_interval(jobs.assign(
+        family_id=lambda f: "new-" + f["family_id"].astype(str)))
+    width = sibling.hi - sibling.lo
+    assert np.all(new.hi - new.lo >= width - 1e-12) and np.any(new.hi - new.lo > width)
+    assert np.all(known.hi - known.lo >= 0)
+
+
+def test_validation_rows_of_a_hidden_model_type_carry_no_history_of_it(
+        sim_workspace: Workspace, attempts: pd.DataFrame) -> None:
+    cfg = small_train_config(pair_model=False)
+    catalog = Catalog.default()
+    builder = HistoryBuilder(prepare_history(attempts, catalog), lookback_days=cfg.lookback_days)
+    spec = FeatureSpec.fit(attempts, catalog)
+    X, y = new_model_type_rows(attempts, builder, catalog, SMALL_AS_OF, cfg, spec)
+    builder.close()
+    assert len(X) == len(y) >= 200 and np.isfinite(y).all()
+    names = list(FEATURE_NAMES)
+    # Nothing of the model type: no family level, no model-type level, anywhere.
+    for col in ("fam_n", "fam_hw_n", "mt_n", "mt_hw_n"):
+        assert np.isnan(X[:, names.index(col)]).all(), col
 
 
 def test_validation_rows_of_a_hidden_type_carry_no_history_of_it(

@@ -371,7 +371,8 @@ class HistoryBuilder:
         self._plain.clear()
 
     def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None,
-                 exclude_hardware: Sequence[str] = ()) -> Snapshot:
+                 exclude_hardware: Sequence[str] = (),
+                 exclude_families: Sequence[str] = ()) -> Snapshot:
         """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``.
 
         ``exclude`` (columns ``family_id``, ``hardware``) removes every attempt of those
@@ -379,6 +380,8 @@ class HistoryBuilder:
         those families had never run on those types (how training learns to transfer).
         ``exclude_hardware`` removes every attempt on those types: the fleet as it would have
         been had nobody run on them (how training calibrates a new type's interval).
+        ``exclude_families`` removes every attempt of those families (all of a model type's:
+        how training calibrates a new model type's interval).
         """
         if as_of.tzinfo is None:
             raise ValueError("as_of must be timezone-aware (UTC)")
@@ -387,7 +390,8 @@ class HistoryBuilder:
             as_of - timedelta(days=self.lookback_days), as_of,
             as_of - timedelta(days=RECENT_DAYS)))
         kept = excluded = None
-        if (exclude is not None and len(exclude)) or len(exclude_hardware):
+        if (exclude is not None and len(exclude)) or len(exclude_hardware) \
+                or len(exclude_families):
             n_hw = len(self._labels["hardware"])
             excluded = np.zeros(len(self._labels["family_id"]) * n_hw, dtype=bool)
             if exclude is not None and len(exclude):
@@ -398,6 +402,9 @@ class HistoryBuilder:
             if len(exclude_hardware):
                 hidden = self._encode_labels("hardware", pd.Series(list(exclude_hardware)))
                 excluded.reshape(-1, n_hw)[:, hidden[hidden >= 0]] = True
+            if len(exclude_families):
+                gone = self._encode_labels("family_id", pd.Series(list(exclude_families)))
+                excluded.reshape(-1, n_hw)[gone[gone >= 0], :] = True
             kept = ~excluded[self._pair]
         # A group of a level keyed by (family, type) holds the rows of one pair: it is either
         # excluded whole or has exactly the rows, and so the statistics, it has without

@@ -159,11 +159,14 @@ class Artifact:
     def interval_offsets(self, X: np.ndarray, names: Sequence[str], group: np.ndarray
                          ) -> tuple[np.ndarray, np.ndarray]:
         """Log offsets of the 80% interval of encoded rows (columns ``names``) in novelty
-        ``group``: per vendor cell, and widened on a type nobody ran on in the window."""
+        ``group``: per vendor cell, and widened on a type nobody ran on in the window and for
+        a model type nobody ran in it (no model-type history, ``mt_n``)."""
         if self.intervals is None:
             raise ArtifactError("this model has no intervals (too few validation rows)")
         new_type = self.on_new_type(X, names) if "hardware" in names else None
-        return self.intervals.offsets(group, new_vendor(X, names), new_type)
+        new_model_type = np.isnan(X[:, list(names).index("mt_n")]) if "mt_n" in names \
+            else None
+        return self.intervals.offsets(group, new_vendor(X, names), new_type, new_model_type)
 
     def predict_interval(self, jobs: Columns | pd.DataFrame) -> Prediction:
         """:meth:`predict_encoded` of ``jobs``: log samples/s, interval and novelty group."""

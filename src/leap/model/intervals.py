@@ -28,6 +28,14 @@ more cell, ``new_type``; a row on such a type takes, on each side, the wider of 
 interval and that cell's. On the default fleet the 80% intervals of a type held out of
 training entirely covered 66–77% of its attempts without that cell and 81–85% with it.
 
+A model type nobody ran in the window is less certain than a new family of a known one: the
+family levels are missing either way, but the model-type levels (``mt_hw``, ``mt``) are what
+a new family of a known architecture is read from. The validation day's rows of a few model
+types, each encoded as if none of its families had run
+(:func:`leap.model.window.new_model_type_rows`), calibrate the ``new_model_type`` cell,
+applied as ``new_type`` is: a row whose model type has no history in the window takes the
+wider of its group's interval and that cell's.
+
 Masked rows stand in for unobserved pairs, but they are the family's own chosen types, and
 a new family is not the same as an established family masked on its only type. So, given
 which rows were masked, a group calibrated on both kinds takes the union of the two
@@ -62,6 +70,8 @@ _UNOBSERVED = tuple(i for i, g in enumerate(NOVELTY_GROUPS) if g.startswith("uno
 VENDOR_CELLS = ("vendor_seen", "new_vendor")
 #: The cell of rows on a type nobody ran on in the window (every group).
 NEW_TYPE = "new_type"
+#: The cell of rows of a model type nobody ran in the window (every group).
+NEW_MODEL_TYPE = "new_model_type"
 
 
 def _conformal(resid: np.ndarray, alpha: float) -> tuple[float, float]:
@@ -112,13 +122,14 @@ class IntervalCalibrator:
     def fit(self, resid: np.ndarray, groups: np.ndarray, masked: np.ndarray | None = None,
             new_vendor: np.ndarray | None = None,
             new_type_resid: np.ndarray | None = None,
-            family: np.ndarray | None = None) -> IntervalCalibrator:
+            family: np.ndarray | None = None,
+            new_model_type_resid: np.ndarray | None = None) -> IntervalCalibrator:
         """Calibrate on log residuals ``y - pred`` of held-out rows and their novelty groups;
         ``masked`` marks rows encoded with their own pair history removed, ``new_vendor``
         rows whose family never ran on their type's vendor; ``new_type_resid`` are the
-        residuals of rows encoded as if nobody had run on their type; ``family`` is each
-        row's family (any hashable codes), for the ``new_family`` group (see the module
-        docstring)."""
+        residuals of rows encoded as if nobody had run on their type, ``new_model_type_resid``
+        of rows encoded as if nobody had run their model type; ``family`` is each row's family
+        (any hashable codes), for the ``new_family`` group (see the module docstring)."""
         if not 0 < self.coverage < 1:
             raise ModelError(f"coverage must be in (0, 1), got {self.coverage}")
         resid = np.asarray(resid, dtype=np.float64)
@@ -185,18 +196,22 @@ class IntervalCalibrator:
                 q = cell(mk, kind_guard if (mk & masked).any() else None)
                 if q is not None:
                     self.quantiles_[f"{name}/{kind}"] = q
-        if new_type_resid is not None:
-            r = np.asarray(new_type_resid, dtype=np.float64)
-            r = r[np.isfinite(r)]
-            if len(r) >= self.min_rows:
-                self.quantiles_[NEW_TYPE] = (*_conformal(r, alpha), len(r))
+        for name, extra_resid in ((NEW_TYPE, new_type_resid),
+                                  (NEW_MODEL_TYPE, new_model_type_resid)):
+            if extra_resid is not None:
+                r = np.asarray(extra_resid, dtype=np.float64)
+                r = r[np.isfinite(r)]
+                if len(r) >= self.min_rows:
+                    self.quantiles_[name] = (*_conformal(r, alpha), len(r))
         return self
 
     def offsets(self, groups: np.ndarray, new_vendor: np.ndarray | None = None,
-                new_type: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                new_type: np.ndarray | None = None, new_model_type: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
         """Log offsets ``(lo, hi)`` to add to the median prediction of each row (per vendor
         cell where ``new_vendor`` is given and the cell was calibrated; on a type nobody ran
-        on in the window, ``new_type``, widened to the ``new_type`` cell where calibrated).
+        on in the window, ``new_type``, widened to the ``new_type`` cell where calibrated,
+        and for a model type nobody ran, ``new_model_type``, to the ``new_model_type`` cell).
 
         Examples
         --------
@@ -217,11 +232,12 @@ class IntervalCalibrator:
         c = np.zeros(len(g), dtype=np.int64) if new_vendor is None else \
             1 + np.asarray(new_vendor, dtype=np.int64)
         lo, hi = table[g, c, 0], table[g, c, 1]
-        if new_type is not None and NEW_TYPE in self.quantiles_:
-            q_lo, q_hi, _ = self.quantiles_[NEW_TYPE]
-            new = np.asarray(new_type, dtype=bool)
-            lo = np.where(new, np.minimum(lo, q_lo), lo)
-            hi = np.where(new, np.maximum(hi, q_hi), hi)
+        for name, rows in ((NEW_TYPE, new_type), (NEW_MODEL_TYPE, new_model_type)):
+            if rows is not None and name in self.quantiles_:
+                q_lo, q_hi, _ = self.quantiles_[name]
+                new = np.asarray(rows, dtype=bool)
+                lo = np.where(new, np.minimum(lo, q_lo), lo)
+                hi = np.where(new, np.maximum(hi, q_hi), hi)
         return lo, hi
 
     def to_json(self) -> str:

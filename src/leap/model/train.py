@@ -197,9 +197,15 @@ def calibrate_intervals(model: Model, ts: TrainingSet,
         base = base_margin(Xn, ts.spec, ts.fallback_log_tp)
         new_type_resid = ts.new_type_y - history_alone(
             model.predict(Xn, base=base), base, Xn, ts.spec.names, np.ones(len(Xn), bool))
+    new_model_type_resid = None
+    if len(ts.new_model_type_y):
+        Xm = np.asarray(ts.new_model_type_X)
+        new_model_type_resid = ts.new_model_type_y - model.predict(
+            Xm, base=base_margin(Xm, ts.spec, ts.fallback_log_tp))
     return calibrator.fit(ts.y[val] - pred, ts.group[val], ts.masked[val],
                           new_vendor(X, ts.spec.names), new_type_resid,
-                          ts.family[val] if len(ts.family) == len(ts.y) else None)
+                          ts.family[val] if len(ts.family) == len(ts.y) else None,
+                          new_model_type_resid)
 
 
 def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray, day: str,
