@@ -549,7 +549,8 @@ def new_model_type_rows(attempts: pd.DataFrame, builder: HistoryBuilder, catalog
     """
     start = as_of - timedelta(days=cfg.validation_days + builder.lookback_days)
     window = submitted_in(attempts, start, as_of)
-    families = window[["model_type", "family_id"]].dropna().astype(str).drop_duplicates()
+    # Distinct pairs first: the window's own columns are millions of rows on a large fleet.
+    families = window[["model_type", "family_id"]].drop_duplicates().dropna().astype(str)
     of_type = families.groupby("model_type")["family_id"].agg(list).to_dict()
     return _hidden_rows(attempts, catalog, as_of, cfg, spec, "model_type", (1,),
                         lambda day, mt: builder.snapshot(day,
