@@ -127,19 +127,19 @@ def test_a_writer_process_that_dies_is_replaced_and_loses_nothing(
     assert len(ent) == 4 * len(answer.ranking)
 
 
-def test_records_are_queued_as_plain_values_the_collector_stops_tracking(
+def test_records_are_queued_as_json_bytes_the_collector_never_tracks(
         ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
     """Live result objects held until a flush were promoted to the oldest generation and made
     a busy server run full collections (see ``_Pending``)."""
     import gc
 
-    record = _Pending.of(time.time(), "http", jobs[0], ["H100-SXM", "L4"],
+    values = _Pending.of(time.time(), "http", jobs[0], ["H100-SXM", "L4"],
                          ranker.rank(jobs[0], ["H100-SXM", "L4"]))
-    for _ in range(3):  # a tuple is untracked in a pass where its items already are
-        gc.collect()
-    assert type(record) is tuple and not gc.is_tracked(record)
-    assert _Pending._make(record).entries[0][0] in ("H100-SXM", "L4")
-    assert json.loads(_Pending._make(record).job)["family_id"] == jobs[0]["family_id"]
+    record = _Pending.encoded(values)
+    assert type(record) is bytes and not gc.is_tracked(record)
+    back = _Pending._make(json.loads(record))
+    assert back.entries[0][0] in ("H100-SXM", "L4") and back.at == values[0]
+    assert json.loads(back.job)["family_id"] == jobs[0]["family_id"]
 
 
 def test_a_failing_sink_never_changes_the_answer(ranker: Ranker,  # noqa: F811
@@ -159,8 +159,8 @@ def test_retention_deletes_old_decisions(ranker: Ranker, jobs: list[dict[str, An
                                          tmp_path: Path) -> None:
     log = DecisionLog(tmp_path / "d.duckdb", retention_days=1, flush_interval_s=0.05)
     res = ranker.rank(jobs[0])
-    log._queue.put(_Pending.of(time.time() - 3 * 86400, "python", {**jobs[0], "job_id": "old"},
-                               None, res))
+    log._queue.put(_Pending.encoded(_Pending.of(time.time() - 3 * 86400, "python",
+                                                {**jobs[0], "job_id": "old"}, None, res)))
     with log._count_lock:
         log.recorded += 1
     log.record({**jobs[0], "job_id": "new"}, None, res)

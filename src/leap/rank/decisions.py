@@ -3,7 +3,7 @@
 A :class:`DecisionLog` owns one DuckDB file (``<home>/decisions.duckdb``, beside the attempt
 store, so serving never holds the store's write lock and ``leap ingest`` / ``leap train`` run
 while ``leap serve`` does). Recording a ranking costs the caller one ``put_nowait`` on a
-bounded queue (the record as plain values: about 10 us); a background thread turns batches
+bounded queue (the record as a JSON array: about 15 us); a background thread turns batches
 of records (at most one a flush interval) into two tables and inserts them on its own
 short-lived connection (opened per flush, so ``leap monitor`` can read the file between
 flushes). A full queue drops the record and counts it (``dropped``): recording never delays
@@ -116,10 +116,10 @@ _ENTRY_FIELDS = attrgetter(*_ENTRY_COLS[3:])
 class _Pending(NamedTuple):
     """One recorded ranking, as the writer reads it.
 
-    The caller's thread queues it as a plain tuple of strings, numbers and tuples of them
-    (the job as JSON text; :meth:`of`), which the garbage collector stops tracking within a
-    pass or two (it untracks only exact tuples holding no dict, list or object). Queued as
-    live :class:`RankResult` objects (21 tracked objects a ranking, held for up to a flush
+    The caller's thread takes its values as a plain tuple of strings, numbers and tuples of
+    them (the job as JSON text; :meth:`of`) and queues them as one JSON array
+    (:meth:`encoded`), which the garbage collector never tracks. Queued as live
+    :class:`RankResult` objects (21 tracked objects a ranking, held for up to a flush
     interval), records were promoted to the oldest generation and made a busy server run
     full collections of 30-140 ms every few seconds: the open loop's p99 of
     ``bench/bench_http.py`` was 110-135 ms with the log against 9 ms without it.
@@ -139,10 +139,20 @@ class _Pending(NamedTuple):
     @staticmethod
     def of(at: float, source: str, job: Mapping[str, Any], candidates: Sequence[str] | None,
            result: RankResult) -> tuple[Any, ...]:
-        """The record as queued (read back with ``_Pending._make``)."""
+        """The record's values (read back with ``_Pending._make``)."""
         return (at, source, _job_json(job), None if candidates is None else tuple(candidates),
                 result.model_version, result.reason, result.objective, result.risk,
                 result.latency_ms, tuple(map(_ENTRY_FIELDS, result.ranking)))
+
+    @staticmethod
+    def encoded(values: tuple[Any, ...]) -> bytes:
+        """:meth:`of`'s values as queued: a JSON array (a few microseconds). Bytes are
+        never tracked by the garbage collector, and a batch of them goes to the writer
+        process joined (:func:`_batch_json`) instead of serialised whole while the writer
+        thread holds the GIL."""
+        import orjson
+
+        return orjson.dumps(values)
 
 
 def _ts(value: Any, default: datetime) -> datetime:
@@ -253,8 +263,8 @@ class DecisionLog:
         self.retention_days = retention_days
         self.flush_interval_s = flush_interval_s
         self.max_batch = max_batch
-        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=max_queue)  # _Pending.of
-        self._pending: list[tuple[Any, ...]] = []  # taken from the queue, not yet written
+        self._queue: queue.Queue[bytes] = queue.Queue(maxsize=max_queue)  # _Pending.encoded
+        self._pending: list[bytes] = []  # taken from the queue, not yet written
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._count_lock = threading.Lock()
@@ -275,7 +285,8 @@ class DecisionLog:
                result: RankResult, source: str = "python") -> bool:
         """Queue one ranking; False (and counted in :attr:`dropped`) when the queue is full."""
         try:
-            self._queue.put_nowait(_Pending.of(time.time(), source, job, candidates, result))
+            self._queue.put_nowait(_Pending.encoded(
+                _Pending.of(time.time(), source, job, candidates, result)))
         except queue.Full:
             with self._count_lock:
                 self.dropped += 1
@@ -348,7 +359,7 @@ class DecisionLog:
             if stopping and self._pending and time.monotonic() > self._give_up_at:
                 return  # the file stays unwritable: give up at shutdown, counted in errors
 
-    def _take(self, wait_s: float) -> list[tuple[Any, ...]]:
+    def _take(self, wait_s: float) -> list[bytes]:
         batch = self._pending
         self._pending = []
         if not batch:
@@ -357,19 +368,24 @@ class DecisionLog:
                              self._queue.get_nowait())
             except queue.Empty:
                 return []
-        while len(batch) < self.max_batch:
-            try:
-                batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
+        # The rest under one hold of the queue's lock (its documented internals), not one
+        # get a record: a batch of a thousand took about 1.5 ms of the GIL that way.
+        q = self._queue
+        with q.mutex:
+            n = min(len(q.queue), self.max_batch - len(batch))
+            batch.extend(q.queue.popleft() for _ in range(n))
+            if n:
+                q.not_full.notify_all()
         return batch
 
-    def _write(self, batch: list[tuple[Any, ...]]) -> None:
+    def _write(self, batch: list[bytes]) -> None:
         try:
             if self._process:
                 self._write_in_child(batch)
             else:
-                self._store.write(batch)
+                import orjson
+
+                self._store.write(orjson.loads(_batch_json(batch)))
         except Exception as exc:  # e.g. another process holds the file (leap monitor):
             # keep the batch and retry on the next flush; never lose it silently.
             self.write_errors += 1
@@ -382,14 +398,12 @@ class DecisionLog:
             return
         self.written += len(batch)
 
-    def _write_in_child(self, batch: list[tuple[Any, ...]]) -> None:
-        import orjson
-
+    def _write_in_child(self, batch: list[bytes]) -> None:
         if self._child is None or self._child.proc.poll() is not None:
             self._stop_child(5.0)
             self._child = _start_child(self.path, self.retention_days)
         try:
-            _send(self._child.stdin, orjson.dumps(batch))
+            _send(self._child.stdin, _batch_json(batch))
             failure = _receive(self._child.stdout).decode()  # the GIL is free meanwhile
         except (EOFError, OSError, ValueError) as exc:
             self._stop_child(5.0)
@@ -409,6 +423,11 @@ class DecisionLog:
             child.proc.kill()
             child.proc.wait()
         child.stdout.close()
+
+
+def _batch_json(batch: Sequence[bytes]) -> bytes:
+    """Queued records (:meth:`_Pending.encoded`) as one JSON array."""
+    return b"[" + b",".join(batch) + b"]"
 
 
 class _ChildFailed(Exception):
@@ -504,9 +523,10 @@ def _writer_process() -> None:
     either delayed the requests that arrived meanwhile: with the writer on a thread of
     `leap serve`, the open loop of `bench/bench_http.py` (500 req/s) had a p99 of 45-55 ms at
     normal priority and 24-39 ms at the lowest, against 11 ms with a writer that wrote
-    nothing (2026-12-05). Here, at the lowest priority, the server encodes each batch and
-    waits on a pipe: p99 25-30 ms, against about 10 ms without the log (this child's CPU
-    still shows on 2 cores; see docs/measurements.md).
+    nothing (2026-12-05). Here, at the lowest priority, the server joins each batch's
+    records (each encoded as it was queued) and waits on a pipe: p99 16-18 ms (27-33 ms when
+    the writer thread encoded the whole batch), against 8-9 ms without the log; see
+    docs/measurements.md.
     """
     import orjson
 
