@@ -524,7 +524,7 @@ def _writer_process() -> None:
     `leap serve`, the open loop of `bench/bench_http.py` (500 req/s) had a p99 of 45-55 ms at
     normal priority and 24-39 ms at the lowest, against 11 ms with a writer that wrote
     nothing (2026-12-05). Here, at the lowest priority, the server joins each batch's
-    records (each encoded as it was queued) and waits on a pipe: p99 16-18 ms (27-33 ms when
+    records (each encoded as it was queued) and waits on a pipe: p99 14-18 ms (19-33 ms when
     the writer thread encoded the whole batch), against 8-9 ms without the log; see
     docs/measurements.md.
     """
