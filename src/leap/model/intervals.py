@@ -30,8 +30,8 @@ training entirely covered 66–77% of its attempts without that cell and 81–85
 
 A model type nobody ran in the window is less certain than a new family of a known one: the
 family levels are missing either way, but the model-type levels (``mt_hw``, ``mt``) are what
-a new family of a known architecture is read from. The validation day's rows of a few model
-types, each encoded as if none of its families had run
+a new family of a known architecture is read from. The validation day's rows of ten or more
+model types, each encoded as if none of its families had run
 (:func:`leap.model.window.new_model_type_rows`), calibrate the ``new_model_type`` cell,
 applied as ``new_type`` is: a row whose model type has no history in the window takes the
 wider of its group's interval and that cell's.
