@@ -277,11 +277,10 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
     level_used = np.full(n, float(len(_RESIDUAL_PRIORITY)))
     carried = {"xfer_s": cols["xfer_s_r"],
                "xfer": np.where(np.isfinite(cols["xfer_p_r"]), cols["xfer_p_r"], cols["xfer_r"])}
-    far = None
-    if snapshot.pairs is not None and snapshot.pairs.shape_boosters:
-        # The family ran on this type, but at no shape the shape boosters reach this one from.
-        far = (np.isnan(cols["fam_hw_shape_med_r"]) & np.isnan(carried["xfer_s"])
-               & np.isfinite(cols["fam_hw_med_r"]))
+    # With shape boosters, a missing ``xfer_s`` is no shape of the family on this type within
+    # their reach (its own shape there ranks first and is taken before these levels).
+    far = np.isnan(carried["xfer_s"]) \
+        if snapshot.pairs is not None and snapshot.pairs.shape_boosters else None
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
         r = carried[name] if name in carried else cols[f"{name}_med_r"]
         take = np.isnan(best) & np.isfinite(r)
