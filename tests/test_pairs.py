@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -433,3 +434,76 @@ def test_the_schedule_fits_the_usable_attempts_of_an_unfiltered_window(
     t = datetime(2026, 1, 15, 13, tzinfo=UTC)
     a, b = PairSchedule(spread, CAT, FAST)(t), PairSchedule(raw, CAT, FAST)(t)
     assert a is not None and b is not None and a.fingerprint() == b.fingerprint()
+
+
+class _Constant:
+    """A stand-in booster that predicts one move for every row."""
+
+    def __init__(self, move: float) -> None:
+        self.move = move
+
+    def predict(self, X: np.ndarray, num_threads: int = 0) -> np.ndarray:
+        return np.full(len(X), self.move)
+
+
+@pytest.mark.parametrize(("truth", "share"), [("flat", 0.5), ("boosters", 0.0)])
+def test_the_flat_share_is_the_one_that_lands_the_most_shapes(truth: str, share: float
+                                                               ) -> None:
+    """Each of 100 shapes read from its two nearest: the boosters carry its level unmoved,
+    the flat carry (throughput per device) moves it by 0.3. Where the flat carry is right,
+    the largest share tried lands them (0.25 leaves 0.225 of the move: outside +-20%);
+    where the boosters are, no share (0.25 lands them too: a tie goes to the smaller)."""
+    from leap.features.pair_rows import SHAPE_FEATURES
+    from leap.features.pairs import _neighbour_share
+
+    cells = np.repeat(np.arange(100), 2)
+    X = np.zeros((len(cells), len(SHAPE_FEATURES)))
+    X[:, SHAPE_FEATURES.index("d_log_phys_sps")] = -0.3  # flat move: 0 + 0 + 0.3
+    r_a = np.repeat(np.random.default_rng(0).normal(size=100), 2)
+    r_b = r_a + (0.3 if truth == "flat" else 0.0)
+    tw = np.column_stack([r_b - r_a, np.ones(len(cells)), r_b, cells])
+    families = np.array([f"fam-{c}" for c in cells], dtype=object)
+    boosters = [_Constant(0.0), _Constant(0.0)]
+    assert _neighbour_share(boosters, X, tw, families, seed=0) == share  # type: ignore[arg-type]
+
+
+def test_a_new_shape_reads_the_flat_share_of_its_nearest_shapes(attempts: pd.DataFrame,
+                                                                  model: PairModel) -> None:
+    """At flat share w a new shape's level on its type (``xfer_s_r``) is ``1 - w`` times the
+    shape boosters' carry plus ``w`` times its nearest shapes' throughput per device at its
+    own devices, over its physics estimate."""
+    spec = FeatureSpec(names=FEATURE_NAMES, vocab=FeatureSpec.fit(attempts, CAT).vocab)
+    own = attempts[attempts["family_id"] == "fam-0000"]  # batches 16 and 64, 8 devices
+    jobs = own.drop_duplicates("hardware").assign(batch_size=32)
+    got = {}
+    for w in (0.0, 0.5, 1.0):
+        pm = PairModel(model.boosters, model.vocab, model.shape_boosters, model.shape_reach, w)
+        builder = HistoryBuilder(prepare_history(attempts, CAT), lookback_days=30,
+                                 pairs=lambda _, pm=pm: pm)
+        try:
+            X = encode(jobs, builder.snapshot(AS_OF), CAT, spec)
+        finally:
+            builder.close()
+        got[w] = X[:, FEATURE_NAMES.index("xfer_s_r")]
+    y = np.log(own["throughput"]).groupby([own["hardware"], own["batch_size"]]).median()
+    flat = y.groupby(level=0).mean()[jobs["hardware"]].to_numpy() \
+        - X[:, FEATURE_NAMES.index("log_phys_sps")]
+    np.testing.assert_allclose(got[1.0], flat)
+    np.testing.assert_allclose(got[0.5], (got[0.0] + got[1.0]) / 2)
+    assert not np.allclose(got[0.0], got[1.0])
+
+
+def test_the_flat_share_round_trips(tmp_path: Path, model: PairModel) -> None:
+    pm = PairModel(model.boosters, model.vocab, model.shape_boosters, model.shape_reach, 0.25)
+    pm.save(tmp_path / "pm")
+    back = PairModel.load(tmp_path / "pm")
+    assert back is not None and back.neighbour_share == 0.25
+    other = PairModel(model.boosters, model.vocab, model.shape_boosters, model.shape_reach, 0.5)
+    assert back.fingerprint() == pm.fingerprint() != other.fingerprint()
+    # A pair model saved before the share existed reads as share 0 (the boosters alone).
+    meta = tmp_path / "pm" / "pairs.json"
+    info = json.loads(meta.read_text())
+    del info["neighbour_share"]
+    meta.write_text(json.dumps(info))
+    old = PairModel.load(tmp_path / "pm")
+    assert old is not None and old.neighbour_share == 0.0

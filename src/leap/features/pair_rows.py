@@ -259,7 +259,7 @@ def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
 def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
                         max_pairs: int = SHAPE_MAX_PAIRS, nearest: int = SHAPE_PAIR_NEAREST,
                         seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """``(jobs, shape A, r(B) - r(A) and weight)`` of each shape B one family ran on one type
+    """``(jobs, shape A, targets)`` of each shape B one family ran on one type
     with each of the ``nearest`` other shapes A it ran there nearest to B (one row per
     ordered pair; ``jobs`` are shape B's columns, with ``hardware``).
 
@@ -273,7 +273,9 @@ def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
     ``attempts`` are succeeded attempts with a positive ``throughput``. Each (family, type,
     shape) group is its median log throughput over its physics estimate (the other job
     columns: the group's first row); weights are the square root of the smaller group's
-    attempt count. Beyond ``max_pairs`` rows, a seeded sample.
+    attempt count. Beyond ``max_pairs`` rows, a seeded sample. ``targets``' columns:
+    ``r(B) - r(A)``, the weight, ``r(B)`` and shape B's group (rows of one group are one
+    shape carried from its nearest others, as serving carries a job's).
     """
     ok = attempts[attempts["hardware"].isin(list(catalog))]
     cols = [c for c in JOB_FEATURE_COLUMNS if c in ok.columns and c not in SHAPE_COLUMNS]
@@ -297,7 +299,7 @@ def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
     jobs = groups.iloc[b][[*cols, *SHAPE_COLUMNS, "hardware"]].reset_index(drop=True)
     n = groups["n"].to_numpy(dtype=np.float64)
     weight = np.sqrt(np.minimum(n[b], n[a]))
-    return jobs, shape[a], np.column_stack([r[b] - r[a], weight])
+    return jobs, shape[a], np.column_stack([r[b] - r[a], weight, r[b], b])
 
 
 def nearest_in_runs(run: np.ndarray, points: np.ndarray, k: int,

@@ -70,6 +70,7 @@ from leap.features.pair_rows import (
     shape_parts,
     shape_training_rows,
 )
+from leap.metrics import within_log
 from leap.threads import run_each
 
 #: Days between refits of the pair model (see the module docstring).
@@ -139,7 +140,7 @@ class PairModel:
 
     def __init__(self, boosters: list[lgb.Booster], vocab: dict[str, list[str]],
                  shape_boosters: list[lgb.Booster] | None = None,
-                 shape_reach: np.ndarray | None = None) -> None:
+                 shape_reach: np.ndarray | None = None, neighbour_share: float = 0.0) -> None:
         shape_boosters = shape_boosters or []
         if len(boosters) != FOLDS or len(shape_boosters) not in (0, FOLDS):
             raise ArtifactError(f"the pair model needs {FOLDS} pair boosters and 0 or {FOLDS} "
@@ -158,6 +159,12 @@ class PairModel:
         #: 59.0% within +-20% to 48.6%.
         self.shape_reach = np.full(3, np.inf) if shape_reach is None else \
             np.asarray(shape_reach, dtype=np.float64)
+        #: Weight of the flat carry in a shape's level read from its family's nearest other
+        #: shapes on the type (:meth:`TransferIndex._shape_carry
+        #: <leap.features.transfer.TransferIndex._shape_carry>`): their throughput per
+        #: device at the job's devices, against the shape boosters' carry. Judged at fit
+        #: on the boosters' own out-of-fold carries (:func:`_neighbour_share`).
+        self.neighbour_share = float(neighbour_share)
         self.vocab = vocab
         self._texts: list[str] | None = None
         #: Compiled scorers by booster name (:meth:`named_boosters`), set and checked by
@@ -193,8 +200,8 @@ class PairModel:
             return None
         s_jobs, a_shape, s_tw = shape_training_rows(attempts, catalog, seed=p.seed)
         large = len(s_tw) >= p.large_shape_pairs
-        shapes = _fit_halves(shape_matrix(Columns.from_frame(s_jobs), a_shape, catalog, vocab),
-                             s_tw, s_jobs["family_id"].to_numpy(), SHAPE_FEATURES,
+        X_shapes = shape_matrix(Columns.from_frame(s_jobs), a_shape, catalog, vocab)
+        shapes = _fit_halves(X_shapes, s_tw, s_jobs["family_id"].to_numpy(), SHAPE_FEATURES,
                              SHAPE_CATEGORICAL, replace(p, num_leaves=p.large_shape_num_leaves
                                                         if large else p.shape_num_leaves),
                              p.large_shape_rounds if large else p.shape_rounds)
@@ -202,7 +209,9 @@ class PairModel:
             return cls(boosters, vocab)
         moves = np.abs(shape_parts(s_jobs[list(SHAPE_COLUMNS)].to_numpy(dtype=np.float64))
                        - shape_parts(a_shape))[np.isfinite(s_tw[:, 0])]
-        return cls(boosters, vocab, shapes, moves.max(axis=0))
+        share = _neighbour_share(shapes, X_shapes, s_tw, s_jobs["family_id"].to_numpy(),
+                                 p.seed)
+        return cls(boosters, vocab, shapes, moves.max(axis=0), share)
 
     def predict(self, jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray,
                 catalog: Catalog, job: np.ndarray | None = None) -> np.ndarray:
@@ -242,8 +251,8 @@ class PairModel:
         return self._texts
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256(json.dumps([self.vocab, self.shape_reach.tolist()],
-                                      sort_keys=True).encode())
+        h = hashlib.sha256(json.dumps([self.vocab, self.shape_reach.tolist(),
+                                       self.neighbour_share], sort_keys=True).encode())
         for t in self.texts():
             h.update(t.encode())
         return h.hexdigest()[:16]
@@ -261,7 +270,8 @@ class PairModel:
                                     "shape_boosters": len(self.shape_boosters),
                                     # None without shape boosters (no Infinity in JSON).
                                     "shape_reach": self.shape_reach.tolist()
-                                    if self.shape_boosters else None}))
+                                    if self.shape_boosters else None,
+                                    "neighbour_share": self.neighbour_share}))
         return [*paths, meta]
 
     @classmethod
@@ -282,7 +292,8 @@ class PairModel:
                                                     ("shapes", int(info["shape_boosters"]))))
             reach = info.get("shape_reach")
             return cls(boosters, {k: list(v) for k, v in info["vocab"].items()}, shapes,
-                       None if reach is None else np.asarray(reach, dtype=np.float64))
+                       None if reach is None else np.asarray(reach, dtype=np.float64),
+                       float(info.get("neighbour_share", 0.0)))
         except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as exc:
             raise ArtifactError(f"the pair model in {directory} is unreadable: {exc}") from None
 
@@ -306,6 +317,51 @@ def _fit_halves(X: np.ndarray, tw: np.ndarray, family_id: np.ndarray, names: tup
                          num_boost_round=rounds).free_dataset()
     # The halves grow side by side, on a thread each (the same trees as one by one).
     return run_each([partial(fit, train) for train in trains], p.num_threads)
+
+
+#: Shares of the flat carry :func:`_neighbour_share` tries.
+NEIGHBOUR_SHARES = (0.0, 0.25, 0.5)
+#: Shapes (carried from their nearest others) it judges on at most: a seeded sample beyond.
+NEIGHBOUR_MAX_CELLS = 20_000
+
+
+def _neighbour_share(boosters: list[lgb.Booster], X: np.ndarray, tw: np.ndarray,
+                     family_id: np.ndarray, seed: int) -> float:
+    """The share of :data:`NEIGHBOUR_SHARES` whose blend lands the most of the window's
+    shapes within +-20% (ties: the smaller share), each shape read as serving reads a new one
+    from the family's nearest other shapes on the type (rows of one group in ``tw``, see
+    :func:`~leap.features.pair_rows.shape_training_rows`): the median of their residuals
+    carried by the boosters of the other family half, against the mean of their throughput
+    per device at the shape's devices (in residual terms the move ``-d_log_phys_sps +
+    d_log_trainers + d_log_devices_per_trainer``)."""
+    ok = np.isfinite(tw[:, 0])
+    group = tw[:, 3].astype(np.int64)
+    cells = np.unique(group[ok])
+    if len(cells) > NEIGHBOUR_MAX_CELLS:
+        cells = np.sort(np.random.default_rng(seed).choice(cells, NEIGHBOUR_MAX_CELLS,
+                                                           replace=False))
+    rows = np.flatnonzero(ok & np.isin(group, cells))
+    if len(rows) == 0:
+        return 0.0
+    col = {n: i for i, n in enumerate(SHAPE_FEATURES)}
+    Xr = X[rows]
+    carried = _by_halves([partial(_lgb_predict, b) for b in boosters], Xr,
+                         family_fold(family_id[rows]))
+    flat = (Xr[:, col["d_log_trainers"]] + Xr[:, col["d_log_devices_per_trainer"]]
+            - Xr[:, col["d_log_phys_sps"]])
+    r_b = tw[rows, 2]
+    r_a = r_b - tw[rows, 0]
+    _, inv = np.unique(group[rows], return_inverse=True)
+    frame = pd.DataFrame({"cell": inv, "boost": r_a + carried, "flat": r_a + flat})
+    agg = frame.groupby("cell").agg(boost=("boost", "median"), flat=("flat", "mean"))
+    target = pd.Series(r_b).groupby(inv).first().to_numpy()
+    boost, flat_c = agg["boost"].to_numpy(), agg["flat"].to_numpy()
+    use = np.isfinite(boost) & np.isfinite(flat_c)
+    if not use.any():
+        return 0.0
+    hits = [int(within_log((1 - w) * boost[use] + w * flat_c[use] - target[use]).sum())
+            for w in NEIGHBOUR_SHARES]
+    return float(NEIGHBOUR_SHARES[int(np.argmax(hits))])
 
 
 def _lgb_predict(booster: lgb.Booster, X: np.ndarray) -> np.ndarray:
