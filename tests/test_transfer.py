@@ -156,6 +156,7 @@ class _ShapeStep(_NoRatio):
 
     shape_boosters = (None,)
     shape_reach = np.full(3, np.inf)
+    neighbour_share = 0.0  # the boosters' carry alone
 
     def predict_shapes(self, jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
                        job: np.ndarray | None = None) -> np.ndarray:
