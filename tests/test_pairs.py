@@ -468,7 +468,8 @@ def test_the_flat_share_is_the_one_that_lands_the_most_shapes(truth: str, share:
 
 
 def test_a_new_shape_reads_the_flat_share_of_its_nearest_shapes(attempts: pd.DataFrame,
-                                                                  model: PairModel) -> None:
+                                                                  model: PairModel,
+                                                                  snap: Snapshot) -> None:
     """At flat share w a new shape's level on its type (``xfer_s_r``) is ``1 - w`` times the
     shape boosters' carry plus ``w`` times its nearest shapes' throughput per device at its
     own devices, over its physics estimate."""
@@ -491,6 +492,20 @@ def test_a_new_shape_reads_the_flat_share_of_its_nearest_shapes(attempts: pd.Dat
     np.testing.assert_allclose(got[1.0], flat)
     np.testing.assert_allclose(got[0.5], (got[0.0] + got[1.0]) / 2)
     assert not np.allclose(got[0.0], got[1.0])
+    # The share's judge reads the same flat carry from the shape boosters' features: each
+    # nearest shape's residual moved by -d_log_phys_sps + d_log_trainers +
+    # d_log_devices_per_trainer.
+    from leap.features.pair_rows import SHAPE_FEATURES, shape_matrix
+    judged = np.zeros(len(jobs))
+    for batch in (16, 64):
+        seen = encode(jobs.assign(batch_size=batch), snap, CAT, spec)
+        X_s = shape_matrix(Columns.from_frame(jobs), np.tile([1.0, 8.0, batch], (len(jobs), 1)),
+                           CAT, model.vocab)
+        move = sum(X_s[:, SHAPE_FEATURES.index(c)] for c in ("d_log_trainers",
+                                                              "d_log_devices_per_trainer")) \
+            - X_s[:, SHAPE_FEATURES.index("d_log_phys_sps")]
+        judged += (seen[:, FEATURE_NAMES.index("fam_hw_shape_med_r")] + move) / 2
+    np.testing.assert_allclose(judged, got[1.0], atol=1e-9)
 
 
 def test_the_flat_share_round_trips(tmp_path: Path, model: PairModel) -> None:
