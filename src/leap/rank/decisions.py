@@ -47,6 +47,8 @@ from operator import attrgetter
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
+import orjson
+
 from leap.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -98,8 +100,6 @@ def is_fail_open(reason: str | None) -> bool:
 
 def _job_json(job: Mapping[str, Any]) -> str:
     """The job as a JSON object (values JSON cannot hold as text; about 2 us)."""
-    import orjson
-
     job = job if isinstance(job, dict) else dict(job)
     try:
         return orjson.dumps(job, default=str, option=orjson.OPT_SERIALIZE_NUMPY
@@ -150,8 +150,6 @@ class _Pending(NamedTuple):
         never tracked by the garbage collector, and a batch of them goes to the writer
         process joined (:func:`_batch_json`) instead of serialised whole while the writer
         thread holds the GIL."""
-        import orjson
-
         return orjson.dumps(values)
 
 
@@ -176,7 +174,6 @@ def _tables(records: Sequence[Sequence[Any]]) -> tuple[pa.Table, pa.Table | None
     (``None``: no entries), the entries built column by column (15 ms for 900 rankings of 20
     types, against 31 ms row by row)."""
     import numpy as np
-    import orjson
     import pyarrow as pa
 
     batch = list(map(_Pending._make, records))
@@ -383,8 +380,6 @@ class DecisionLog:
             if self._process:
                 self._write_in_child(batch)
             else:
-                import orjson
-
                 self._store.write(orjson.loads(_batch_json(batch)))
         except Exception as exc:  # e.g. another process holds the file (leap monitor):
             # keep the batch and retry on the next flush; never lose it silently.
@@ -528,8 +523,6 @@ def _writer_process() -> None:
     the writer thread encoded the whole batch), against 8-9 ms without the log; see
     docs/measurements.md.
     """
-    import orjson
-
     with contextlib.suppress(AttributeError, OSError):  # not available: normal priority
         os.nice(19)
     path, retention = sys.argv[1], sys.argv[2]
