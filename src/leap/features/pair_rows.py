@@ -386,3 +386,48 @@ def pair_training_rows(attempts: pd.DataFrame, catalog: Catalog, *, max_pairs: i
     target = (pairs["y_b"] - pairs["y_a"]).to_numpy() - (phys_b - phys_a)
     weight = np.sqrt(np.minimum(pairs["n_a"], pairs["n_b"]).to_numpy(dtype=np.float64))
     return jobs, hw_a, hw_b, np.column_stack([target, weight])
+
+
+def row_median(r: np.ndarray, est: np.ndarray, n_rows: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``n_rows``: whether it has estimates, their median and spread (``r``:
+    each estimate's row, sorted; a few estimates a row). NaN estimates are left out, as by
+    ``nanmedian`` and ``nanstd`` (written out: those cost a third of a millisecond on the
+    handful of rows of one request).
+
+    Examples
+    --------
+    >>> has, med, sd = row_median(np.array([0, 0, 0, 2]), np.array([3., 1., np.nan, 5.]), 3)
+    >>> has.tolist(), med.tolist(), sd.tolist()
+    ([True, False, True], [2.0, nan, 5.0], [1.0, nan, 0.0])
+    """
+    ok = np.isfinite(est)
+    r, est = r[ok], est[ok]
+    n = np.bincount(r, minlength=n_rows)
+    has = n > 0
+    med, sd = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
+    if not has.any():
+        return has, med, sd
+    order = np.lexsort((est, r))
+    srt = est[order]
+    start = np.cumsum(n) - n
+    h = np.flatnonzero(has)
+    med[h] = 0.5 * (srt[start[h] + (n[h] - 1) // 2] + srt[start[h] + n[h] // 2])
+    dev = est - (np.bincount(r, weights=est, minlength=n_rows) / np.maximum(n, 1))[r]
+    sd[h] = np.sqrt(np.bincount(r, weights=dev * dev, minlength=n_rows)[h] / n[h])
+    return has, med, sd
+
+
+def row_mean(r: np.ndarray, est: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``n_rows``: whether it has estimates and their mean (``r``: each estimate's
+    row; NaN estimates left out, as by :func:`row_median`).
+
+    >>> has, mean = row_mean(np.array([0, 0, 2]), np.array([3., 1., np.nan]), 3)
+    >>> has.tolist(), mean.tolist()
+    ([True, False, False], [2.0, nan, nan])
+    """
+    ok = np.isfinite(est)
+    n = np.bincount(r[ok], minlength=n_rows)
+    has = n > 0
+    mean = np.bincount(r[ok], weights=est[ok], minlength=n_rows) / np.maximum(n, 1)
+    return has, np.where(has, mean, np.nan)

@@ -66,6 +66,8 @@ from leap.features.pair_rows import (
     family_fold,
     pair_matrix,
     pair_training_rows,
+    row_mean,
+    row_median,
     shape_matrix,
     shape_parts,
     shape_training_rows,
@@ -351,12 +353,15 @@ def _neighbour_share(boosters: list[lgb.Booster], X: np.ndarray, tw: np.ndarray,
             - Xr[:, col["d_log_phys_sps"]])
     r_b = tw[rows, 2]
     r_a = r_b - tw[rows, 0]
-    _, inv = np.unique(group[rows], return_inverse=True)
-    frame = pd.DataFrame({"cell": inv, "boost": r_a + carried, "flat": r_a + flat})
-    agg = frame.groupby("cell").agg(boost=("boost", "median"), flat=("flat", "mean"))
-    target = pd.Series(r_b).groupby(inv).first().to_numpy()
-    boost, flat_c = agg["boost"].to_numpy(), agg["flat"].to_numpy()
-    use = np.isfinite(boost) & np.isfinite(flat_c)
+    # As serving reads a new shape (TransferIndex._shape_carry): per shape, the median of
+    # the boosters' carries and the mean of the flat ones.
+    _, cell = np.unique(group[rows], return_inverse=True)
+    n = int(cell.max()) + 1
+    has_boost, boost, _ = row_median(cell, r_a + carried, n)
+    has_flat, flat_c = row_mean(cell, r_a + flat, n)
+    target = np.empty(n)
+    target[cell] = r_b
+    use = has_boost & has_flat
     if not use.any():
         return 0.0
     hits = [int(within_log((1 - w) * boost[use] + w * flat_c[use] - target[use]).sum())

@@ -41,6 +41,8 @@ from leap.features.pair_rows import (
     SHAPE_NEAREST,
     log_shape,
     ordered_pairs,
+    row_mean,
+    row_median,
     shape_of,
     within_reach,
 )
@@ -469,7 +471,7 @@ class TransferIndex:
             if local.any():
                 r, a = np.nonzero(use & local[:, None])
                 move = 0.0 if spec_move is None else spec_move[r, a]
-                has, med, sd = _row_median(r, level_p[r, a] + move, len(rows))
+                has, med, sd = row_median(r, level_p[r, a] + move, len(rows))
                 out["xfer_p_r"][rows[has]] = med[has]
                 out["xfer_p_sd"][rows[has]] = sd[has]
                 pair_use = pair_use & ~has[:, None]  # the rest: the pair model, as any row
@@ -554,7 +556,7 @@ class TransferIndex:
                                  return_inverse=True)
         ratio = pairs.predict_shapes(on, table["shape"][cand[uniq]], catalog,
                                      job=rep[job[r[uniq]]])[inv]
-        has, med, _ = _row_median(r, table["r"][cand] + ratio, n)
+        has, med, _ = row_median(r, table["r"][cand] + ratio, n)
         out[has] = med[has]
         w = pairs.neighbour_share
         if w > 0:
@@ -562,10 +564,8 @@ class TransferIndex:
             devices = log_shape(table["shape"][cand])[:, :2].sum(axis=1)
             flat = table["y"][cand] - devices + log_shape(own)[r, :2].sum(axis=1) \
                 - nan_to(estimates(on, catalog)["log_phys_sps"])[r]
-            ok = np.isfinite(flat)
-            cnt = np.bincount(r[ok], minlength=n)
-            mean = np.bincount(r[ok], weights=flat[ok], minlength=n) / np.maximum(cnt, 1)
-            both = has & (cnt > 0)
+            has_flat, mean = row_mean(r, flat, n)
+            both = has & has_flat
             out[both] = (1.0 - w) * med[both] + w * mean[both]
         return out
 
@@ -587,7 +587,7 @@ class TransferIndex:
         names = np.asarray(self.hardware, dtype=object)
         ratio = pairs.predict(on, names[a[first]], hardware[rows[r[first]]], catalog,
                               job=rep[job[r[first]]])[inv]
-        has, med, sd = _row_median(r, level[r, a] + ratio, len(rows))
+        has, med, sd = row_median(r, level[r, a] + ratio, len(rows))
         out["xfer_p_r"][rows[has]] = med[has]
         out["xfer_p_sd"][rows[has]] = sd[has]
 
@@ -668,7 +668,7 @@ def _fit_twin_distance(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarr
 
     def hits(use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Of each cell: whether ``use`` reads it at all, and whether that lands it."""
-        has, med, _ = _row_median(b[use], r[a[use]], len(key))
+        has, med, _ = row_median(b[use], r[a[use]], len(key))
         return has[cells], within_log(med - r)[cells]
 
     _, nearest = hits(rank < PAIR_NEAREST)
@@ -705,33 +705,3 @@ def _shapes_of(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, n
     count = np.searchsorted(sorted_keys, keys, side="right") - start
     i = np.repeat(np.arange(len(keys)), count)
     return i, start[i] + np.arange(len(i)) - np.repeat(np.cumsum(count) - count, count)
-
-
-def _row_median(r: np.ndarray, est: np.ndarray, n_rows: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of ``n_rows``: whether it has estimates, their median and spread (``r``:
-    each estimate's row, sorted; a few estimates a row). NaN estimates are left out, as by
-    ``nanmedian`` and ``nanstd`` (written out: those cost a third of a millisecond on the
-    handful of rows of one request).
-
-    Examples
-    --------
-    >>> has, med, sd = _row_median(np.array([0, 0, 0, 2]), np.array([3., 1., np.nan, 5.]), 3)
-    >>> has.tolist(), med.tolist(), sd.tolist()
-    ([True, False, True], [2.0, nan, 5.0], [1.0, nan, 0.0])
-    """
-    ok = np.isfinite(est)
-    r, est = r[ok], est[ok]
-    n = np.bincount(r, minlength=n_rows)
-    has = n > 0
-    med, sd = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
-    if not has.any():
-        return has, med, sd
-    order = np.lexsort((est, r))
-    srt = est[order]
-    start = np.cumsum(n) - n
-    h = np.flatnonzero(has)
-    med[h] = 0.5 * (srt[start[h] + (n[h] - 1) // 2] + srt[start[h] + n[h] // 2])
-    dev = est - (np.bincount(r, weights=est, minlength=n_rows) / np.maximum(n, 1))[r]
-    sd[h] = np.sqrt(np.bincount(r, weights=dev * dev, minlength=n_rows)[h] / n[h])
-    return has, med, sd
