@@ -530,7 +530,7 @@ class TransferIndex:
         leap 80.1% within +-20% with the boosters alone, 85.4% with the share each fold's
         pair model judged (k-NN 85.3%); the default fleet's pair models judge no share, so
         its features are as before to the bit (a fixed share of 0.25 took its new shapes
-        from 76.9% to 72.8%: its simulated devices do not scale flat)."""
+        from 76.9% to 72.8%)."""
         n = len(group)
         out = np.full(n, np.nan)
         table = self._shapes
