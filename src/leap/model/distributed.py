@@ -52,7 +52,7 @@ from leap.data.export import ParquetAttempts, export_parquet
 from leap.data.store import Store
 from leap.errors import ModelError, ParamError
 from leap.features.encode import FEATURE_NAMES, FeatureSpec
-from leap.features.pairs import refit_day
+from leap.features.pairs import PAIR_DAYS, PairParams, PairSchedule, refit_day
 from leap.model.cascade import GBMParams
 from leap.model.train import WindowModel, fit_window
 from leap.model.window import (
@@ -128,13 +128,26 @@ class EncodeTask:
     days: tuple[int, ...]
 
 
-def _encode_task(task: EncodeTask) -> DayBlocks:
-    """Runs on a worker: read the days the task's snapshots need, encode its days."""
+def _night_share_task(task: EncodeTask) -> float | None:
+    """Runs on a worker: the flat carry's share of the night's pair model
+    (:meth:`~leap.features.pairs.PairSchedule.night_share`), ``None`` without pair models."""
+    if not (task.cfg.pair_model and task.cfg.use_history):
+        return None
+    as_of = task.window_start + timedelta(days=task.cfg.window_days)
+    attempts = load_attempts(ParquetAttempts(Path(task.directory)),
+                             as_of - timedelta(days=PAIR_DAYS), as_of)
+    return PairSchedule(attempts, task.catalog, PairParams(seed=task.cfg.seed, num_threads=1),
+                        fresh_at=as_of).night_share()
+
+
+def _encode_task(task: EncodeTask, share: float | None) -> DayBlocks:
+    """Runs on a worker: read the days the task's snapshots need, encode its days, reading
+    the flat carry at the night's ``share``."""
     first = task.window_start + timedelta(days=task.days[0])
     end = task.window_start + timedelta(days=task.days[-1] + 1)
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
                              history_start(first, task.cfg), end)
-    builder = history_builder(attempts, task.catalog, end, task.cfg)
+    builder = history_builder(attempts, task.catalog, end, task.cfg, share=share)
     try:
         return encode_days(attempts, builder, task.catalog, task.window_start, task.days,
                            task.cfg, task.spec)
@@ -192,11 +205,13 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
     spec = window_spec(succeeded_attempts(head, catalog), catalog, cfg, window_start, as_of)
     del head
     task_cfg = replace(cfg, threads=1)
+    night = EncodeTask(str(directory), catalog, task_cfg, spec, window_start, ())
+    # Every day reads the served pair model's share: one fit, before the days' tasks start.
+    share = client.submit(_night_share_task, night, pure=False)
     futures = client.map(_encode_task, [
         EncodeTask(str(directory), catalog, task_cfg, spec, window_start, days)
-        for days in _tasks(window_start, cfg)], pure=False)
-    held_future = client.submit(_held_out_task, EncodeTask(
-        str(directory), catalog, task_cfg, spec, window_start, ()), pure=False)
+        for days in _tasks(window_start, cfg)], share=share, pure=False)
+    held_future = client.submit(_held_out_task, night, pure=False)
     small = client.map(_small, futures)
     parts: list[DayBlocks] = []
     for i, fut in enumerate(small):

@@ -321,15 +321,18 @@ def submitted_in(attempts: pd.DataFrame, start: datetime | None, end: datetime) 
 
 
 def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
-                    cfg: TrainConfig, cache: EncodeCache | None = None) -> HistoryBuilder:
+                    cfg: TrainConfig, cache: EncodeCache | None = None,
+                    share: float | None = None) -> HistoryBuilder:
     """Snapshots (and pair models) from the attempts of ``attempts`` before ``until``; the
     snapshot as of ``until`` itself (the night served) reads a pair model fit just before it
-    (see :class:`~leap.features.pairs.PairSchedule`)."""
+    (see :class:`~leap.features.pairs.PairSchedule`), and every earlier snapshot its share of
+    the flat carry, or ``share`` where given (``until`` is then not the night served)."""
     past = submitted_in(attempts, None, until)
     prepared = _prepared_history(past, catalog, cache)
     pairs = PairSchedule(past, catalog,
                          PairParams(seed=cfg.seed, num_threads=cfg.threads),
-                         cache.pairs if cache is not None else None, fresh_at=until) \
+                         cache.pairs if cache is not None else None, fresh_at=until,
+                         share=share) \
         if cfg.pair_model and cfg.use_history else None
     return HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
 
@@ -378,7 +381,9 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     encoded apart (by a Dask worker, :mod:`leap.model.distributed`) with the same result.
     """
     full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
-    spec_key = hashlib.sha256((full.to_json() + f"pairs={cfg.pair_model}").encode()
+    # A cached day read the pair models at one night's share; another share re-encodes it.
+    share = builder.pairs.night_share() if isinstance(builder.pairs, PairSchedule) else None
+    spec_key = hashlib.sha256((full.to_json() + f"pairs={cfg.pair_model}-{share}").encode()
                               ).hexdigest()[:16]
     mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
     starts = {d: window_start + timedelta(days=d) for d in days}
