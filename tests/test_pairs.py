@@ -14,7 +14,13 @@ import pytest
 from leap.catalog import Catalog
 from leap.errors import ArtifactError
 from leap.features.columns import Columns
-from leap.features.encode import FEATURE_NAMES, SHAPE_BLEND_ATTEMPTS, FeatureSpec, encode
+from leap.features.encode import (
+    FEATURE_NAMES,
+    SHAPE_BLEND_ATTEMPTS,
+    FeatureSpec,
+    encode,
+    jobs_frame,
+)
 from leap.features.history import HistoryBuilder, Snapshot, prepare_history
 from leap.features.pair_rows import (
     FOLDS,
@@ -547,6 +553,28 @@ def test_a_new_shape_reads_the_flat_share_of_its_nearest_shapes(attempts: pd.Dat
             - X_s[:, SHAPE_FEATURES.index("d_log_phys_sps")]
         judged += (seen[:, FEATURE_NAMES.index("fam_hw_shape_med_r")] + move) / 2
     np.testing.assert_allclose(judged, got[1.0], atol=1e-9)
+
+
+def test_the_probe_reads_the_flat_carry(attempts: pd.DataFrame, model: PairModel) -> None:
+    """The artifact's probe has known families in a shape next to theirs on a type, so a
+    leap that reads a model's share otherwise (an older one ignores it) fails the probe."""
+    from leap.model.verify import probe_jobs
+
+    spec = FeatureSpec.fit(attempts, CAT)
+    got = {}
+    for w in (0.0, 0.5):
+        pm = model.with_share(w)
+        builder = HistoryBuilder(prepare_history(attempts, CAT), lookback_days=30,
+                                 pairs=lambda _, pm=pm: pm)
+        try:
+            snap = builder.snapshot(AS_OF)
+        finally:
+            builder.close()
+        probe = jobs_frame(probe_jobs(snap, spec, CAT))
+        got[w] = encode(probe, snap, CAT, spec)[:, FEATURE_NAMES.index("xfer_s_r")]
+    moved = ~np.isclose(got[0.0], got[0.5], equal_nan=True)
+    assert moved.any()
+    assert set(probe.loc[moved, "family_id"]) <= set(attempts["family_id"])
 
 
 def test_the_flat_share_round_trips(tmp_path: Path, model: PairModel) -> None:

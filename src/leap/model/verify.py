@@ -99,7 +99,8 @@ def write_proof(directory: Path, key: str, report: dict[str, Any]) -> bool:
 
 def probe_jobs(snapshot: Snapshot, spec: FeatureSpec, catalog: Catalog) -> list[dict[str, Any]]:
     """A small fixed set of (job, hardware) rows that exercises the model: known and unseen
-    families, a few model types and job shapes, on every type of the catalog (up to 64)."""
+    families, a few model types and job shapes, and known families in a shape next to ones
+    they ran on a type (:func:`_near_shapes`), on every type of the catalog (up to 64)."""
     fam = snapshot.tables.get("fam_hw")
     families = sorted({str(f) for f in fam["family_id"].dropna().unique()}) \
         if fam is not None and "family_id" in fam.columns else []
@@ -112,8 +113,32 @@ def probe_jobs(snapshot: Snapshot, spec: FeatureSpec, catalog: Catalog) -> list[
     ]
     jobs = [{"family_id": f, "model_type": types[i % len(types)], **shape}
             for i, f in enumerate(picked) for shape in shapes]
+    jobs += [{**job, "model_type": types[0]} for job in _near_shapes(snapshot)]
     hardware = list(catalog)[:64]
     return [{**job, "hardware": hw} for job in jobs for hw in hardware]
+
+
+def _near_shapes(snapshot: Snapshot, count: int = 3) -> list[dict[str, Any]]:
+    """Up to ``count`` known families, each in a shape one sample of batch from one it ran on
+    a type where it ran two shapes or more: rows whose level on that type is read from its
+    nearest shapes there (the shape boosters' carry, blended with the flat carry by the pair
+    model's share). An older leap that reads the carry otherwise predicts these rows
+    otherwise, so the artifact fails its probe there instead of serving other figures."""
+    table = snapshot.tables.get("fam_hw_shape")
+    if table is None or len(table) == 0:
+        return []
+    shapes = table.groupby(["family_id", "hardware"], sort=True)["shape"].agg(
+        lambda s: sorted(map(str, s)))
+    cells = shapes[shapes.map(len) >= 2]
+    jobs = []
+    for (family, _), ran in list(cells.items())[::max(1, len(cells) // count)][:count]:
+        trainers, per_trainer, batch = (int(x) for x in ran[0].split("/"))
+        if min(trainers, per_trainer, batch) < 1 or f"{trainers}/{per_trainer}/{batch + 1}" \
+                in ran:
+            continue
+        jobs.append({"family_id": str(family), "trainer_count": trainers,
+                     "devices_per_trainer": per_trainer, "batch_size": batch + 1})
+    return jobs
 
 
 def check(directory: Path) -> dict[str, Any]:
