@@ -127,11 +127,14 @@ def _near_shapes(snapshot: Snapshot, count: int = 3) -> list[dict[str, Any]]:
     table = snapshot.tables.get("fam_hw_shape")
     if table is None or len(table) == 0:
         return []
-    shapes = table.groupby(["family_id", "hardware"], sort=True)["shape"].agg(
-        lambda s: sorted(map(str, s)))
-    cells = shapes[shapes.map(len) >= 2]
+    # Group sizes first: the shapes of only the few cells picked are listed (listing every
+    # cell's took 0.6 s of the default fleet's publish, 1.5 s of the harder fleet's).
+    sizes = table.groupby(["family_id", "hardware"], sort=True).size()
+    cells = sizes.index[sizes.to_numpy() >= 2]
     jobs = []
-    for (family, _), ran in list(cells.items())[::max(1, len(cells) // count)][:count]:
+    for family, hardware in list(cells)[::max(1, len(cells) // count)][:count]:
+        ran = sorted(map(str, table["shape"][(table["family_id"] == family)
+                                             & (table["hardware"] == hardware)]))
         trainers, per_trainer, batch = (int(x) for x in ran[0].split("/"))
         if min(trainers, per_trainer, batch) < 1 or f"{trainers}/{per_trainer}/{batch + 1}" \
                 in ran:
