@@ -52,7 +52,7 @@ from leap.data.export import ParquetAttempts, export_parquet
 from leap.data.store import Store
 from leap.errors import ModelError, ParamError
 from leap.features.encode import FEATURE_NAMES, FeatureSpec
-from leap.features.pairs import PAIR_DAYS, PairParams, PairSchedule, refit_day
+from leap.features.pairs import PAIR_DAYS, refit_day
 from leap.model.cascade import GBMParams
 from leap.model.train import WindowModel, fit_window
 from leap.model.window import (
@@ -67,6 +67,7 @@ from leap.model.window import (
     history_builder,
     history_start,
     load_attempts,
+    pair_schedule,
     succeeded_attempts,
     training_set,
     window_spec,
@@ -136,8 +137,8 @@ def _night_share_task(task: EncodeTask) -> float | None:
     as_of = task.window_start + timedelta(days=task.cfg.window_days)
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
                              as_of - timedelta(days=PAIR_DAYS), as_of)
-    return PairSchedule(attempts, task.catalog, PairParams(seed=task.cfg.seed, num_threads=1),
-                        fresh_at=as_of).night_share()
+    schedule = pair_schedule(attempts, task.catalog, as_of, task.cfg)
+    return schedule.night_share() if schedule is not None else None
 
 
 def _encode_task(task: EncodeTask, share: float | None) -> DayBlocks:

@@ -329,12 +329,20 @@ def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
     the flat carry, or ``share`` where given (``until`` is then not the night served)."""
     past = submitted_in(attempts, None, until)
     prepared = _prepared_history(past, catalog, cache)
-    pairs = PairSchedule(past, catalog,
-                         PairParams(seed=cfg.seed, num_threads=cfg.threads),
-                         cache.pairs if cache is not None else None, fresh_at=until,
-                         share=share) \
-        if cfg.pair_model and cfg.use_history else None
-    return HistoryBuilder(prepared, lookback_days=cfg.lookback_days, pairs=pairs)
+    return HistoryBuilder(prepared, lookback_days=cfg.lookback_days,
+                          pairs=pair_schedule(past, catalog, until, cfg, cache, share))
+
+
+def pair_schedule(past: pd.DataFrame, catalog: Catalog, until: datetime, cfg: TrainConfig,
+                  cache: EncodeCache | None = None, share: float | None = None
+                  ) -> PairSchedule | None:
+    """The pair models of the night served at ``until``, from ``past`` (the attempts before
+    it); ``None`` where ``cfg`` trains without them."""
+    if not (cfg.pair_model and cfg.use_history):
+        return None
+    return PairSchedule(past, catalog, PairParams(seed=cfg.seed, num_threads=cfg.threads),
+                        cache.pairs if cache is not None else None, fresh_at=until,
+                        share=share)
 
 
 def window_spec(train_rows: pd.DataFrame, catalog: Catalog, cfg: TrainConfig,
