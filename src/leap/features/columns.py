@@ -22,6 +22,8 @@ from leap.data.schema import JOB_COLUMNS
 #: of 16 (320 rows, and about 1,300 pair-model rows) and 0.57 ms in passes of 64; at 2,048,
 #: 0.52 and 0.46 ms; a batch of 100,000 rows, encoded 32,768 at a time, is as fast either way.
 SMALL = 2048
+#: Rows :func:`stack` gathers at a time for a large matrix.
+STACK_BLOCK_ROWS = 4096
 
 
 class Columns:
@@ -130,8 +132,7 @@ class Columns:
             code = np.array([seen.setdefault(k, len(seen)) for k in zip(*present, strict=True)],
                             dtype=np.int64)
         else:
-            code = pd.DataFrame(dict(enumerate(present))).groupby(
-                list(range(len(present))), dropna=False, sort=False).ngroup().to_numpy(np.int64)
+            code = _combined_codes(present)
         first = np.full(int(code.max()) + 1 if self.n else 0, self.n, dtype=np.int64)
         np.minimum.at(first, code, np.arange(self.n))
         return code, first
@@ -177,6 +178,34 @@ class Columns:
             return np.array(["None" if v is None or v != v else str(v)
                              for v in self.obj(name)], dtype=object)
         return key_texts(pd.Series(self.obj(name), dtype=object))
+
+
+#: Combined codes :func:`_combined_codes` numbers afresh before reaching (int64 holds them).
+_CODE_LIMIT = 2 ** 62
+
+
+def _combined_codes(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Each row's index among the distinct combinations of ``arrays`` in order of first
+    appearance, missing values (NaN, None) one value per column: what a pandas group-by with
+    ``dropna=False, sort=False`` numbers its groups, without building a frame of the columns
+    (which turned a block's text columns into Arrow strings first: 75 ms against 50 on
+    100,000 rows of 19 columns).
+
+    >>> _combined_codes([np.array([1.0, np.nan, 1.0, np.nan]),
+    ...                  np.array(["a", None, "a", None], dtype=object)]).tolist()
+    [0, 1, 0, 1]
+    """
+    code = np.zeros(len(arrays[0]), dtype=np.int64)
+    size = 1
+    for values in arrays:
+        part, distinct = pd.factorize(values, use_na_sentinel=False)
+        k = max(len(distinct), 1)
+        if size * k >= _CODE_LIMIT:  # keep the combined code within int64: number it afresh
+            code, seen = pd.factorize(code)
+            size = len(seen)
+        code = code * k + part
+        size *= k
+    return pd.factorize(code)[0].astype(np.int64, copy=False)
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -251,8 +280,21 @@ def stack(columns: Mapping[str, np.ndarray], names: Sequence[str], n: int) -> np
     [[3.0, 1.0], [4.0, 2.0]]
     """
     out = np.empty((n, len(names)))
-    for j, name in enumerate(names):
-        out[:, j] = columns[name]
+    if n <= STACK_BLOCK_ROWS:
+        for j, name in enumerate(names):
+            out[:, j] = columns[name]
+        return out
+    # Many rows: each block of rows is gathered column by column into a small buffer (rows
+    # of it contiguous) and copied in transposed; writing each column of the whole matrix
+    # straight away strides across every row (32,768 rows x 96 features: 34 ms, blocked 8).
+    block = np.empty((len(names), STACK_BLOCK_ROWS))
+    for start in range(0, n, STACK_BLOCK_ROWS):
+        stop = min(start + STACK_BLOCK_ROWS, n)
+        part = block[:, :stop - start]
+        for j, name in enumerate(names):
+            values = columns[name]
+            part[j] = values[start:stop] if np.ndim(values) else values
+        out[start:stop] = part.T
     return out
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import SPEC_COLUMNS, Catalog
-from leap.features.columns import SMALL, Columns
+from leap.features.columns import SMALL, Columns, factorize
 
 #: Bytes of weights + gradients + optimizer state per parameter (mixed-precision Adam).
 TRAIN_BYTES_PER_PARAM = 16.0
@@ -60,9 +60,9 @@ def peak_flops(precision: np.ndarray, specs: dict[str, np.ndarray]) -> np.ndarra
         if len(distinct) <= 1:  # one precision (every row of a request): its rate alone
             return rate(_PEAK_KIND.get(distinct.pop(), 3) if distinct else 3)
         kind = np.array([_PEAK_KIND.get(p, 3) for p in precision], dtype=np.int64)
-    else:
-        kind = pd.Series(precision, dtype=object).map(_PEAK_KIND).fillna(3).to_numpy(
-            dtype=np.int64)
+    else:  # looked up once per distinct precision
+        codes, names = factorize(np.asarray(precision, dtype=object))
+        kind = np.array([_PEAK_KIND.get(p, 3) for p in names], dtype=np.int64)[codes]
     return np.choose(kind, [rate(k) for k in range(4)])
 
 

@@ -1,0 +1,73 @@
+"""Job rows as named arrays: the paths for many rows give what the paths for a few give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leap.features import columns as columns_module
+from leap.features.columns import SMALL, STACK_BLOCK_ROWS, Columns, stack
+
+_TEXT = st.sampled_from(["a", "b", "c", None])
+_NUMBER = st.sampled_from([0.0, -0.0, 1.0, 4.0, float("nan")])
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(_TEXT, _NUMBER, st.integers(0, 3), _TEXT), min_size=1,
+                     max_size=40), repeat=st.integers(1, 3))
+def test_codes_of_many_rows_number_groups_as_a_pandas_group_by(
+        rows: list[tuple[object, float, int, object]], repeat: int) -> None:
+    """Many rows are numbered column by column through pandas' factorize: the groups and
+    their numbers are those of a group-by that keeps missing values (``dropna=False``) and
+    numbers groups in order of first appearance (``sort=False``); -0.0 and 0.0 are one."""
+    many = (rows * (SMALL // len(rows) + 1))[:SMALL + 1 + repeat]
+    assert len(many) > SMALL
+    cols = list(zip(*many, strict=True))
+    arrays = {"t": np.array(cols[0], dtype=object), "x": np.array(cols[1]),
+              "i": np.array(cols[2], dtype=np.int64), "u": np.array(cols[3], dtype=object)}
+    code, first = Columns(arrays, len(many)).codes(["t", "x", "i", "u", "absent"])
+    want = pd.DataFrame(arrays).groupby(["t", "x", "i", "u"], dropna=False,
+                                        sort=False).ngroup().to_numpy(np.int64)
+    np.testing.assert_array_equal(code, want)
+    np.testing.assert_array_equal(first, [int(np.flatnonzero(want == g)[0])
+                                          for g in range(want.max() + 1)])
+
+
+@pytest.mark.parametrize("limit", [2 ** 62, 64])
+def test_codes_keep_the_combined_code_within_64_bits(limit: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many columns of many distinct values each: the combined code is numbered afresh
+    before it would overflow (forced after every few columns with a low limit), and the
+    groups stay those of a pandas group-by."""
+    monkeypatch.setattr(columns_module, "_CODE_LIMIT", limit)
+    n = SMALL + 500
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 1 << 20, size=(300, 8))
+    values = base[rng.integers(0, len(base), size=n)]
+    frame = pd.DataFrame(values, columns=[f"c{j}" for j in range(8)])
+    code, first = Columns.from_frame(frame).codes(list(frame.columns))
+    want = frame.groupby(list(frame.columns), sort=False).ngroup().to_numpy(np.int64)
+    np.testing.assert_array_equal(code, want)
+    np.testing.assert_array_equal(values, values[first][code])
+
+
+def test_stack_of_many_rows_is_the_column_stack() -> None:
+    """Rows gathered a block at a time give the matrix column_stack gives (ints, booleans and
+    a constant included), blocks of any length."""
+    n = 2 * STACK_BLOCK_ROWS + 7
+    rng = np.random.default_rng(1)
+    cols = {"f": rng.normal(size=n), "i": rng.integers(-5, 5, size=n),
+            "b": rng.random(n) > 0.5, "nan": np.where(rng.random(n) > 0.5, np.nan, 1.0),
+            "one": 1.0}
+    names = ["i", "f", "one", "b", "nan"]
+    want = np.column_stack([np.broadcast_to(np.asarray(cols[c], dtype=np.float64), (n,))
+                            for c in names])
+    got = stack(cols, names, n)
+    assert got.flags["C_CONTIGUOUS"]
+    np.testing.assert_array_equal(got, want)
+    few = stack({c: v if np.ndim(v) == 0 else v[:5] for c, v in cols.items()}, names, 5)
+    np.testing.assert_array_equal(few, want[:5])
+    assert columns_module.STACK_BLOCK_ROWS == STACK_BLOCK_ROWS
