@@ -180,7 +180,8 @@ class Columns:
         return key_texts(pd.Series(self.obj(name), dtype=object))
 
 
-#: Combined codes :func:`_combined_codes` numbers afresh before reaching (int64 holds them).
+#: The size of the combined code at which :func:`_combined_codes` numbers it afresh, so that
+#: the next column's product stays within int64.
 _CODE_LIMIT = 2 ** 62
 
 
