@@ -207,7 +207,9 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
     del head
     task_cfg = replace(cfg, threads=1)
     night = EncodeTask(str(directory), catalog, task_cfg, spec, window_start, ())
-    # Every day reads the served pair model's share: one fit, before the days' tasks start.
+    # Every day reads the served pair model's share, fit on a worker before the days' tasks
+    # start. The held-out task fits that model again for the snapshot it serves: the two
+    # run side by side, so the days need not wait for the held-out day's encode.
     share = client.submit(_night_share_task, night, pure=False)
     futures = client.map(_encode_task, [
         EncodeTask(str(directory), catalog, task_cfg, spec, window_start, days)
