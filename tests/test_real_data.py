@@ -384,7 +384,19 @@ def test_cli_experiment_writes_json_and_html(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "o" / "real_data.json").read_text("utf-8"))
     assert printed["results"] == saved["results"]
     assert set(saved["results"]["gavel"]) == {"unseen_hardware", "scaling"}
-    assert "<table>" in (tmp_path / "o" / "real_data.html").read_text("utf-8")
+    page = (tmp_path / "o" / "real_data.html").read_text("utf-8")
+    assert "<table>" in page
+    # Per fold: each held-out type's rows, adding up to the protocol's, and shown on the page.
+    folds = RealDataResult.from_dict(saved).by_fold["gavel"]["unseen_hardware"]
+    assert set(folds) == {"K80", "P100", "V100-SXM2-16GB"}
+    whole = saved["results"]["gavel"]["unseen_hardware"]
+    for method, score in whole.items():
+        per = [folds[f][method] for f in folds]
+        assert sum(s.n for s in per) == score["n"]
+        assert sum(s.n_covered for s in per) == score["n_covered"]
+        hits = sum(s.accuracy_within_20pct_all * s.n for s in per)
+        assert hits == pytest.approx(score["accuracy_within_20pct_all"] * score["n"])
+    assert "gavel per fold" in page and "<td>V100-SXM2-16GB</td>" in page
     bad = CliRunner().invoke(leap.cli.app, ["--home", str(tmp_path), "experiment", "real-data",
                                             "--protocol", "nope"])
     assert bad.exit_code == 1 and "unknown protocol 'nope'" in bad.output

@@ -74,6 +74,7 @@ from leap.eval.real_splits import (
     PROTOCOLS,
     TARGET,
     FitPredict,
+    FoldScores,
     Progress,
     ProtocolSettings,
     RowPredictor,
@@ -110,6 +111,7 @@ __all__ = [
     "AttemptsPredictor",
     "BenchmarkLookup",
     "FitPredict",
+    "FoldScores",
     "LinearScaling",
     "NearestNeighbors",
     "Progress",
@@ -259,8 +261,10 @@ class RealDataProvenance(Record):
 @dataclass(frozen=True)
 class RealDataResult(Record):
     """The real-data evaluation: data provenance, settings, scores per source, protocol and
-    method, the Lambda-only checks (None when Lambda PyTorch was not evaluated) and the
-    verdicts. :meth:`to_dict` is the JSON ``leap experiment real-data`` writes."""
+    method, the Lambda-only checks (None when Lambda PyTorch was not evaluated), the
+    verdicts, and the scores per fold (``by_fold[source][protocol][fold][method]``; a fold
+    of ``unseen_hardware`` is the type held out). :meth:`to_dict` is the JSON ``leap
+    experiment real-data`` writes."""
 
     OMIT_NONE = frozenset({"reference_check", "ranking_check"})
 
@@ -271,6 +275,7 @@ class RealDataResult(Record):
     reference_check: ReferenceCheck | None = None
     ranking_check: RankingCheck | None = None
     verdicts: list[str] = field(default_factory=list)
+    by_fold: FoldScores = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"experiment": "real-data", **super().to_dict()}
@@ -320,7 +325,7 @@ def run_real_data(df: pd.DataFrame, *, predictors: Mapping[str, FitPredict] | No
                                          repo=SOURCES[s].repo, license=SOURCES[s].license,
                                          commits=sorted({t.commit for t in SOURCES[s].tables}))
                      for s in used}),
-        settings=out.settings, results=out.results)
+        settings=out.settings, results=out.results, by_fold=out.by_fold)
     if "lambda_pytorch" in used:
         learned = {m: preds[m] for m in (LEAP, LEAP_NO_ARCHITECTURE) if m in preds} or None
         # The lookup table and linear scaling never predict an unseen single-GPU type.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -233,6 +233,8 @@ def score(pred: np.ndarray, actual: np.ndarray, folds: int) -> Score:
 Progress = Callable[[int, int, str], None]
 #: Scores per source, protocol and method.
 Scores = dict[str, dict[str, dict[str, Score]]]
+#: Scores per source, protocol, fold (e.g. the type held out) and method.
+FoldScores = dict[str, dict[str, dict[str, dict[str, Score]]]]
 
 
 @dataclass(frozen=True)
@@ -249,10 +251,12 @@ class ProtocolSettings(Record):
 
 @dataclass(frozen=True)
 class ProtocolResults(Record):
-    """:func:`run_protocols`: its settings and the scores per source, protocol and method."""
+    """:func:`run_protocols`: its settings, the scores per source, protocol and method, and
+    the same per fold (``by_fold``: which held-out types, models or cells a method misses)."""
 
     settings: ProtocolSettings
     results: Scores
+    by_fold: FoldScores = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -360,7 +364,9 @@ def run_protocols(
     Returns
     -------
     ProtocolResults
-        ``results[source][protocol][method]``: a :class:`Score`; and the ``settings``.
+        ``results[source][protocol][method]``: a :class:`Score`;
+        ``by_fold[source][protocol][fold][method]``: the same on one fold's rows; and the
+        ``settings``.
 
     Examples
     --------
@@ -383,22 +389,27 @@ def run_protocols(
                               f"sources present: {', '.join(present)}")
     cat = catalog if catalog is not None else benchmark_catalog()
     results: Scores = {}
+    by_fold: FoldScores = {}
     for source in chosen:
         frame = df[df["source"] == source].reset_index(drop=True)
         actual = frame[TARGET].to_numpy(float)
-        results[source] = {}
+        results[source], by_fold[source] = {}, {}
         for protocol in protocols:
             preds = held_out_predictions(frame, predictors, protocol, cat, n_folds=n_folds,
                                          seed=seed, parallel=parallel, progress=progress)
+            splits = make_splits(frame, protocol, n_folds=n_folds, seed=seed, catalog=cat)
             tested = np.zeros(len(frame), dtype=bool)
-            for split in make_splits(frame, protocol, n_folds=n_folds, seed=seed,
-                                     catalog=cat):
+            for split in splits:
                 tested[split.test] = True
             results[source][protocol] = {
                 name: score(pred[tested], actual[tested], folds)
                 for name, (pred, folds) in preds.items()}
+            by_fold[source][protocol] = {
+                split.fold: {name: score(pred[split.test], actual[split.test], 1)
+                             for name, (pred, _) in preds.items()}
+                for split in splits}
     return ProtocolResults(
         settings=ProtocolSettings(n_folds=n_folds, seed=seed, protocols=list(protocols),
                                   methods=list(predictors), sources=chosen,
                                   catalog_fingerprint=cat.fingerprint()),
-        results=results)
+        results=results, by_fold=by_fold)

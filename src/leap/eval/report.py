@@ -53,6 +53,7 @@ from leap.eval.tables import (
     money,
     pct,
     ranking_tables,
+    real_data_fold_tables,
     real_data_reference_lines,
     real_data_tables,
     signed_pct,
@@ -336,7 +337,7 @@ def _page(parts: _Parts, generated_at: str, notes: Sequence[str],
 
 def real_data_section(result: RealDataResult) -> str:
     """The real-data evaluation as an HTML ``<section>``: the tables the terminal shows."""
-    tables = {t.key: t for t in real_data_tables(result)}
+    tables = {t.key: t for t in [*real_data_tables(result), *real_data_fold_tables(result)]}
     parts = ['<section id="real-data"><h2>Real measured throughput (public benchmarks)</h2>',
              f"<p>{html.escape(str(result.data.rows))} rows; data checksum "
              f"{html.escape(str(result.data.checksum))}. Accuracy = share within ±20% of "
@@ -347,6 +348,9 @@ def real_data_section(result: RealDataResult) -> str:
         parts.append(f"<h3>{html.escape(source)}</h3><p>{html.escape(str(repo))}"
                      f" — licence: {html.escape(str(licence))}</p>")
         parts.append(_html_table(tables[f"real_data_{source}"]))
+        if (folds := tables.get(f"real_data_folds_{source}")) is not None:
+            parts.append(f"<details><summary>{html.escape(source)} per fold (the type or "
+                         f"model held out)</summary>{_html_table(folds)}</details>")
     lines = real_data_reference_lines(result)
     if lines:
         parts.append("<h3>Reference check (Lambda PyTorch, 1 GPU, type held out)</h3><ul>"

@@ -277,6 +277,35 @@ def real_data_tables(result: RealDataResult) -> list[Table]:
     return tables
 
 
+def real_data_fold_tables(result: RealDataResult) -> list[Table]:
+    """Per source, leap on each fold of the protocols whose folds are named (the type or
+    model held out; not ``held_out_cells``, whose folds are random groups of cells) beside
+    the best other method there, uncovered rows counted as misses."""
+    tables = []
+    for src, by_protocol in result.by_fold.items():
+        rows = []
+        for protocol, folds in by_protocol.items():
+            if protocol == "held_out_cells":
+                continue
+            for fold, by_method in folds.items():
+                ours = by_method.get("leap")
+                others = {m: r.accuracy_within_20pct_all for m, r in by_method.items()
+                          if not m.startswith("leap") and math.isfinite(
+                              r.accuracy_within_20pct_all)}
+                if ours is None or not others:
+                    continue
+                best = max(others, key=lambda m: others[m])
+                rows.append((protocol, fold, f"{ours.n:,}",
+                             whole_pct(ours.accuracy_within_20pct_all), best,
+                             whole_pct(others[best]),
+                             f"{100 * (ours.accuracy_within_20pct_all - others[best]):+.0f}"))
+        if rows:
+            tables.append(Table(f"real_data_folds_{src}", f"{src}: leap per fold",
+                                ("protocol", "fold", "n", "leap ±20%", "best other",
+                                 "its ±20%", "points"), tuple(rows), labels=2))
+    return tables
+
+
 def real_data_reference_lines(result: RealDataResult) -> list[str]:
     """The reference spec-ratio check beside its expected figures, one line per variant."""
     ref = result.reference_check
