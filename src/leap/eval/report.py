@@ -336,7 +336,8 @@ def _page(parts: _Parts, generated_at: str, notes: Sequence[str],
 
 
 def real_data_section(result: RealDataResult) -> str:
-    """The real-data evaluation as an HTML ``<section>``: the tables the terminal shows."""
+    """The real-data evaluation as an HTML ``<section>``: the tables the terminal shows, and
+    under each source's its scores per fold, folded away."""
     tables = {t.key: t for t in [*real_data_tables(result), *real_data_fold_tables(result)]}
     parts = ['<section id="real-data"><h2>Real measured throughput (public benchmarks)</h2>',
              f"<p>{html.escape(str(result.data.rows))} rows; data checksum "
