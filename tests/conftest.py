@@ -30,6 +30,9 @@ SMALL_START = datetime(2026, 1, 1, tzinfo=UTC)
 #: The held-out day of the small trained model (the last simulated day).
 SMALL_AS_OF = datetime(2026, 1, 12, tzinfo=UTC)
 SMALL_WINDOW = 10
+#: Seconds a test gives a `leap serve` subprocess to stop after SIGTERM: a graceful stop took
+#: over 20 s once with the test files running side by side on a busy 2-core host.
+SERVER_STOP_S = 60
 
 
 def small_scenario() -> Scenario:

@@ -32,6 +32,7 @@ from typer.testing import CliRunner, Result
 
 import leap.model.artifact as artifact_module
 import leap.model.verify as verify_module
+from conftest import SERVER_STOP_S
 from leap.catalog import Catalog
 from leap.cli import _register, app
 from leap.config import Workspace
@@ -110,9 +111,7 @@ def leap_serve(home: Path, *extra: str) -> Iterator[tuple[str, subprocess.Popen[
         yield base, proc
     finally:
         proc.terminate()
-        # Stopping gracefully took over 20 s once with the test files running side by
-        # side on a busy 2-core host.
-        proc.wait(60)
+        proc.wait(SERVER_STOP_S)
 
 
 def metrics(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 import leap.serve.app as app_module
+from conftest import SERVER_STOP_S
 from leap.config import Workspace
 from leap.model.artifact import Registry
 from leap.rank.decisions import decisions_path, read_decisions
@@ -444,9 +445,7 @@ def test_leap_serve_command(fresh_copy: Workspace, jobs: list[dict[str, Any]],  
             assert r["reason"] is None and r["ranking"]
     finally:
         proc.terminate()
-        # Stopping gracefully took over 20 s once with the test files running side by
-        # side on a busy 2-core host.
-        proc.wait(60)
+        proc.wait(SERVER_STOP_S)
     dec, ent = read_decisions(decisions_path(fresh_copy.home))
     assert len(dec) == 4 and set(dec["source"]) == {"http"} and len(ent) >= 4
 

@@ -16,6 +16,7 @@ import httpx
 import psutil
 import pytest
 
+from conftest import SERVER_STOP_S
 from leap.config import Workspace
 from leap.errors import ConfigError
 from leap.serve.workers import check_address, listener, reuse_port_supported, run_workers
@@ -140,7 +141,7 @@ def test_workers_share_connections_and_a_dead_worker_is_replaced(
         workers = _workers(proc)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        proc.wait(SERVER_STOP_S)
     assert proc.returncode == 0
     time.sleep(0.2)
     assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
@@ -200,5 +201,5 @@ def test_a_hung_worker_is_replaced() -> None:
         wait_for(lambda: pid() not in (None, first), 60)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        proc.wait(SERVER_STOP_S)
     assert proc.returncode == 0
