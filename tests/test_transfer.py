@@ -279,6 +279,83 @@ def test_a_type_is_carried_from_the_same_work_in_another_layout() -> None:
     np.testing.assert_allclose(out["xfer_d_r"], [0.0, 0.2, 0.0, 0.0])
 
 
+def test_without_shape_boosters_a_shape_moves_as_the_family_moved_on_its_other_types(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TransferIndex, "carries_shape_moves", lambda self: True)
+    # f ran 1 and 8 devices at batch 16 on A100 (residuals 0.2 and 0.5) and on H100 (0.0 and
+    # 0.6), one device on L4 (1.0) and on T4 batch 16 and 32 (0.3, 0.1).
+    rows = [("A100-SXM4-80GB", "1/1/16", 0.2), ("A100-SXM4-80GB", "1/8/16", 0.5),
+            ("H100-SXM", "1/1/16", 0.0), ("H100-SXM", "1/8/16", 0.6), ("L4", "1/1/16", 1.0),
+            ("T4", "1/1/16", 0.3), ("T4", "1/1/32", 0.1)]
+    shapes = pd.DataFrame([("f", h, s, r) for h, s, r in rows],
+                          columns=["family_id", "hardware", "shape", "fam_hw_shape_med_r"])
+    fam_hw = pd.DataFrame({"family_id": "f", "hardware": ["A100-SXM4-80GB", "H100-SXM", "L4",
+                                                          "T4"],
+                           "fam_hw_med_r": 0.0, "fam_hw_med_y": 2.0})
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    idx = TransferIndex(fam_hw, empty, None, shapes)
+    hw = ["L4", "L4", "A100-SXM4-80GB", "T4", "V100-SXM2-32GB"]
+    shape = [(1, 8, 16), (1, 1, 16), (1, 8, 16), (1, 8, 16), (1, 8, 16)]
+    tc, dpt, batch = (list(c) for c in zip(*shape, strict=True))
+    keys = _keys("f", 5) | {"shape": np.array(["/".join(map(str, s)) for s in shape],
+                                              dtype=object)}
+    jobs = Columns.from_frame(pd.DataFrame({"family_id": "f", "hardware": hw,
+                                            "trainer_count": tc, "devices_per_trainer": dpt,
+                                            "batch_size": batch}))
+    out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(5, 3.0), jobs)
+    # 8 devices on L4: its one device (1.0) moved as on A100 (+0.3) and on H100 (+0.6),
+    # their median. One device on L4 is a shape it ran, but never read from itself: no
+    # other shape there. On A100 its own 8 devices are never read: its one device (0.2)
+    # moved as on H100 (+0.6) alone. On T4 its two shapes, each moved as on A100 and H100
+    # where it ran both (batch 32 on neither). On a type it never ran on, nothing.
+    np.testing.assert_allclose(out["xfer_s_r"], [1.0 + 0.45, np.nan, 0.8, 0.3 + 0.45, np.nan])
+    for i in range(5):  # a row's estimate does not depend on the rows beside it
+        one = idx.features({k: v[i:i + 1] for k, v in keys.items()},
+                           np.array(hw[i:i + 1], dtype=object), CAT, np.full(1, 3.0),
+                           jobs.take(np.array([i])))
+        np.testing.assert_array_equal(one["xfer_s_r"], out["xfer_s_r"][i:i + 1])
+    # Where the pair model has shape boosters, they carry shapes instead.
+    idx.pairs = _ShapeStep()  # type: ignore[assignment]
+    out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(5, 3.0), jobs)
+    assert out["xfer_s_r"][0] == pytest.approx(0.5)  # L4's one device, moved by -0.5
+
+
+def _moves_window(transfers: bool) -> TransferIndex:
+    """Ten families on three types at four shapes: each family's move between shapes is the
+    same on every type (``transfers``), or each cell is the family's level plus noise."""
+    rng = np.random.default_rng(5)
+    shapes = ["1/1/16", "1/8/16", "1/1/32", "1/8/32"]
+    rows = []
+    for f in range(10):
+        move = rng.normal(0.0, 1.0, len(shapes))
+        for h, level in (("A100-SXM4-80GB", 0.1), ("H100-SXM", -0.2), ("L4", 0.4)):
+            for k, shape in enumerate(shapes):
+                r = level + (move[k] if transfers else rng.normal(0.0, 0.3))
+                rows.append((f"f{f}", h, shape, r))
+    table = pd.DataFrame(rows, columns=["family_id", "hardware", "shape", "fam_hw_shape_med_r"])
+    fam_hw = table.groupby(["family_id", "hardware"], as_index=False)["fam_hw_shape_med_r"] \
+        .median().rename(columns={"fam_hw_shape_med_r": "fam_hw_med_r"})
+    fam_hw["fam_hw_med_y"] = fam_hw["fam_hw_med_r"] + 2.0
+    empty = pd.DataFrame(columns=["level", "key", "hw_a", "hw_b", "d_med", "n", "sxy", "sxx"])
+    return TransferIndex(fam_hw, empty, None, table)
+
+
+def test_shape_moves_carry_only_where_the_window_says_they_transfer() -> None:
+    keys = _keys("f0", 1) | {"shape": np.array(["1/8/16"], dtype=object)}
+    jobs = Columns.from_frame(pd.DataFrame({"family_id": ["f0"], "hardware": ["L4"],
+                                            "trainer_count": [1], "devices_per_trainer": [8],
+                                            "batch_size": [16]}))
+    for transfers in (True, False):
+        idx = _moves_window(transfers)
+        assert idx.carries_shape_moves() is transfers
+        out = idx.features(keys, np.array(["L4"], dtype=object), CAT, np.full(1, 3.0), jobs)
+        assert bool(np.isfinite(out["xfer_s_r"][0])) is transfers
+    # Too few cells to judge: no moves.
+    small = _moves_window(True)
+    small._shapes = small._shape_table(None, small.families, pd.Index(small.hardware), 4)
+    assert small.carries_shape_moves() is False
+
+
 def test_novelty_groups_follow_the_history_of_each_row() -> None:
     pos = {n: i for i, n in enumerate(FEATURE_NAMES)}
     X = np.full((4, len(FEATURE_NAMES)), np.nan)

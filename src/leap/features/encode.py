@@ -26,7 +26,7 @@ from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
 
-FEATURE_VERSION = 17
+FEATURE_VERSION = 18
 
 #: Rows :func:`encode` computes at a time (the result is the same for any block size).
 ENCODE_CHUNK_ROWS = 32_768
@@ -278,7 +278,8 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
     carried = {"xfer_s": cols["xfer_s_r"],
                "xfer": np.where(np.isfinite(cols["xfer_p_r"]), cols["xfer_p_r"], cols["xfer_r"])}
     # With shape boosters, a missing ``xfer_s`` is no shape of the family on this type within
-    # their reach (its own shape there ranks first and is taken before these levels).
+    # their reach, nor one it moved to the job's on another type (its own shape there ranks
+    # first and is taken before these levels).
     far = np.isnan(carried["xfer_s"]) \
         if snapshot.pairs is not None and snapshot.pairs.shape_boosters else None
     for rank, name in enumerate(_RESIDUAL_PRIORITY):
