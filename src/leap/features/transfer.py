@@ -535,9 +535,10 @@ class TransferIndex:
         if "shape" in keys and jobs is not None:
             # On a type the family ran on, where the shape boosters carried none of its shapes
             # there (none in a small window, or none within their reach): its shapes moved as
-            # it moved them on its other types, where the window favours that.
-            fill = np.flatnonzero(np.isnan(out["xfer_s_r"][rows])
-                                  & np.isfinite(self.level[f, b]))
+            # it moved them on its other types (those where it ran the job's shape), where the
+            # window favours that.
+            fill = np.flatnonzero(np.isnan(out["xfer_s_r"][rows]) & np.isfinite(self.level[f, b])
+                                  & np.isfinite(own).any(axis=1))
             if len(fill) and self.carries_shape_moves():
                 out["xfer_s_r"][rows[fill]] = self._shape_carry_by_moves(
                     f[fill] * (virtual + 1) + b[fill], own[fill], keys["shape"][rows[fill]],
@@ -638,6 +639,8 @@ class TransferIndex:
         keep = table["text"][cand] != shape[r]
         if reach is not None:
             keep &= within_reach(table["shape"][cand], own[r], reach)
+        if not keep.any():  # e.g. a seen configuration, the family's one shape there
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         r, cand = r[keep], cand[keep]
         dist = np.abs(log_shape(table["shape"][cand]) - log_shape(own)[r]).sum(axis=1)
         order = np.lexsort((dist, r))
