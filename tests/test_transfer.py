@@ -314,19 +314,23 @@ def test_without_shape_boosters_a_shape_moves_as_the_family_moved_on_its_other_t
                            np.array(hw[i:i + 1], dtype=object), CAT, np.full(1, 3.0),
                            jobs.take(np.array([i])))
         np.testing.assert_array_equal(one["xfer_s_r"], out["xfer_s_r"][i:i + 1])
-    # Where the pair model has shape boosters, they carry shapes instead.
+    # Where the pair model has shape boosters, they carry shapes instead; where they reach
+    # none of the family's shapes there (boosters that learned no device moves), the moves.
     idx.pairs = _ShapeStep()  # type: ignore[assignment]
     out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(5, 3.0), jobs)
     assert out["xfer_s_r"][0] == pytest.approx(0.5)  # L4's one device, moved by -0.5
+    idx.pairs.shape_reach = np.array([np.inf, 0.0, np.inf])  # type: ignore[attr-defined]
+    out = idx.features(keys, np.array(hw, dtype=object), CAT, np.full(5, 3.0), jobs)
+    assert out["xfer_s_r"][0] == pytest.approx(1.45)
 
 
-def _moves_window(transfers: bool) -> TransferIndex:
-    """Ten families on three types at four shapes: each family's move between shapes is the
-    same on every type (``transfers``), or each cell is the family's level plus noise."""
+def _moves_window(transfers: bool, n_families: int = 10) -> TransferIndex:
+    """Families on three types at four shapes: each family's move between shapes is the same
+    on every type (``transfers``), or each cell is the family's level plus noise."""
     rng = np.random.default_rng(5)
     shapes = ["1/1/16", "1/8/16", "1/1/32", "1/8/32"]
     rows = []
-    for f in range(10):
+    for f in range(n_families):
         move = rng.normal(0.0, 1.0, len(shapes))
         for h, level in (("A100-SXM4-80GB", 0.1), ("H100-SXM", -0.2), ("L4", 0.4)):
             for k, shape in enumerate(shapes):
@@ -350,10 +354,8 @@ def test_shape_moves_carry_only_where_the_window_says_they_transfer() -> None:
         assert idx.carries_shape_moves() is transfers
         out = idx.features(keys, np.array(["L4"], dtype=object), CAT, np.full(1, 3.0), jobs)
         assert bool(np.isfinite(out["xfer_s_r"][0])) is transfers
-    # Too few cells to judge: no moves.
-    small = _moves_window(True)
-    small._shapes = small._shape_table(None, small.families, pd.Index(small.hardware), 4)
-    assert small.carries_shape_moves() is False
+    # Too few cells to judge (two families: 24): no moves.
+    assert _moves_window(True, n_families=2).carries_shape_moves() is False
 
 
 def test_novelty_groups_follow_the_history_of_each_row() -> None:
