@@ -154,8 +154,11 @@ def test_dask_rows_are_dealt_over_the_workers_in_order() -> None:
 def test_dask_training_matches_one_machine(trained_workspace: Workspace,
                                            tmp_path: Path) -> None:
     """Same window, same rows, a published artifact of the same kind, accuracy as one
-    machine's: within 1.5 points (one-machine seeds spread 0.4 points on this fleet; rows
-    left where they were encoded, not dealt over the workers, lost 4). The one-machine run
+    machine's: within 2.5 points. On this fleet (349 held-out attempts, 0.29 points each) one
+    machine's seeds 0-4 spread 85.7-87.0% and 14 Dask runs 86.5-87.2% (session 44): a Dask
+    run is not reproducible to the bit, as ``lightgbm.dask`` ranks the workers in the order
+    the scheduler lists the data, and each rank bins some features on its own rows. Rows left
+    where they were encoded, not dealt over the workers, lost 4 points. The one-machine run
     is the session's trained model (the same store, night and configuration)."""
     local_art = Registry(trained_workspace.models_dir).load()
     local = local_art.manifest
@@ -172,7 +175,7 @@ def test_dask_training_matches_one_machine(trained_workspace: Workspace,
     assert dist.metrics.held_out is not None
     a_local = local["metrics"]["held_out"]["accuracy"]
     a_dist = dist.metrics.held_out.accuracy
-    assert abs(a_dist - a_local) <= 0.015, (a_dist, a_local)
+    assert abs(a_dist - a_local) <= 0.025, (a_dist, a_local)
     assert art.manifest["model_kind"] == local["model_kind"]
     assert art.intervals is not None and local_art.intervals is not None
     # The worker that encodes the held-out day also builds the validation rows of hidden

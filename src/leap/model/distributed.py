@@ -26,6 +26,12 @@ judge its own rows and could stop at a different round). :class:`DaskFitter` gro
 ``max_rounds`` and then cuts the model where LightGBM's early stopping would have stopped, on
 the same validation rows and metric, so the artifact holds the same kind of model.
 
+Reproducibility: a one-machine run gives the same model to the bit every time; a Dask run
+does not. ``lightgbm.dask`` numbers the workers in the order the scheduler lists the data's
+parts (not fixed from run to run), and each worker bins some of the features on its own rows,
+so two runs on the same rows can bin a feature differently. On the tests' small fleet 14 runs
+spread 0.8 points of held-out accuracy, inside the spread of one machine's seeds (1.3 points).
+
 Dask is imported only here, so ``import leap`` stays cheap.
 """
 
