@@ -24,7 +24,14 @@ from leap.errors import ArtifactError, ModelError, QualityGateError
 from leap.features.encode import FEATURE_NAMES, FEATURE_VERSION, FeatureSpec, encode, jobs_frame
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.features.pairs import PairSchedule
-from leap.model.artifact import Registry, load_artifact, write_artifact
+from leap.model.artifact import (
+    NEW_TRAINER_COUNT_ALONE,
+    Registry,
+    base_margin,
+    load_artifact,
+    new_trainer_count,
+    write_artifact,
+)
 from leap.model.cascade import CascadeModel, GBMParams, GlobalModel
 from leap.model.parity import check_parity
 from leap.model.split import NoveltySplitModel, model_from_files
@@ -230,6 +237,37 @@ def test_the_novel_models_correction_is_scaled_by_what_the_validation_day_suppor
     del meta["shrink"]
     old = model_from_files({**files, "model.json": json.dumps(meta)})
     assert isinstance(old, NoveltySplitModel) and old.shrink_ == 1.0
+
+
+def test_a_trainer_count_new_to_its_pair_is_served_the_base_margin_where_judged(
+        trained_workspace: Workspace) -> None:
+    """Where the window judged so (the manifest's flag), a row at a trainer count its family
+    never ran on the type is served the base margin alone; every other row on a type somebody
+    ran on keeps the trees' correction. Without the flag (a model from before the judgement
+    too), every such row keeps it."""
+    art = Registry(trained_workspace.models_dir).load()
+    assert isinstance(art.manifest[NEW_TRAINER_COUNT_ALONE], bool)
+    with Store(trained_workspace.store_path, read_only=True) as store:
+        jobs = load_attempts(store, SMALL_AS_OF, SMALL_AS_OF + timedelta(days=1))
+    X = art.encode(jobs)
+    names = list(art.spec.names)
+    new = new_trainer_count(X, names)
+    alone = new & np.isfinite(X[:, names.index("hist_est")])
+    keep = ~new & ~art.on_new_type(X, names)
+    assert alone.sum() >= 10 and keep.sum() >= 100  # the held-out day has both
+    base = base_margin(X, art.spec, art.fallback_log_tp)
+    trees = art.model.predict(X, base=base)
+    assert np.abs(trees[alone] - base[alone]).max() > 1e-3  # the rule changes something
+    # The family ran on the type, never at this trainer count: read from the history levels.
+    fam_hw_n, tc_n = X[:, names.index("fam_hw_n")], X[:, names.index("fam_hw_tc_n")]
+    assert np.all(fam_hw_n[new] > 0) and np.all(np.isnan(tc_n[new]))
+    judged = replace(art, manifest={**art.manifest, NEW_TRAINER_COUNT_ALONE: True})
+    pred = judged.predict_rows(X)
+    np.testing.assert_array_equal(pred[alone], base[alone])
+    np.testing.assert_array_equal(pred[keep], trees[keep])
+    before = {k: v for k, v in art.manifest.items() if k != NEW_TRAINER_COUNT_ALONE}
+    pred = replace(art, manifest=before).predict_rows(X)
+    np.testing.assert_array_equal(pred[new], trees[new])
 
 
 def test_a_booster_is_fit_on_at_most_max_train_rows(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,14 @@ from leap.features.encode import (
 )
 from leap.features.history import LEVELS, Snapshot
 from leap.memory import release_free_memory
-from leap.model.artifact import Artifact, Registry, history_alone, write_artifact
+from leap.model.artifact import (
+    NEW_TRAINER_COUNT_ALONE,
+    Artifact,
+    Registry,
+    history_alone,
+    new_trainer_count,
+    write_artifact,
+)
 from leap.model.cascade import CascadeModel, Fitter, GBMParams, GlobalModel
 from leap.model.intervals import IntervalCalibrator
 from leap.model.split import Model, NoveltySplitModel
@@ -45,6 +52,9 @@ from leap.model.window import (
     window_attempts,
 )
 from leap.records import Record
+
+#: Validation rows :func:`judge_new_trainer_count` needs to judge at all.
+JUDGE_MIN_ROWS = 30
 
 
 @dataclass(frozen=True)
@@ -176,20 +186,51 @@ def fit_model(ts: TrainingSet, cfg: TrainConfig, fitter: Fitter | None = None) -
                      val=(X_val[va], ts.y[val][va], base[val][va]))
 
 
-def calibrate_intervals(model: Model, ts: TrainingSet,
-                        cfg: TrainConfig) -> IntervalCalibrator | None:
+def judge_new_trainer_count(model: Model, ts: TrainingSet, cfg: TrainConfig) -> bool:
+    """Whether a trainer count new to its (family, type) pair (:func:`new_trainer_count`) is
+    served the base margin alone (see :meth:`Artifact.predict_rows`).
+
+    The trees' correction must earn its place there: it is kept only where the validation
+    days' natural rows at such a trainer count with a history-adjusted estimate, which the
+    trees never fitted, number :data:`JUDGE_MIN_ROWS` or more and it lands at least as many
+    of them within +-20% as the base margin alone. A window with too few such rows to judge
+    (a public table with a type's multi-device rows held out: none on the validation day)
+    serves the base margin alone, as a type nobody ran on is served.
+    """
+    val = (ts.day >= cfg.window_days - cfg.validation_days) & ~ts.masked
+    rows = np.flatnonzero(val)
+    X = np.asarray(ts.X[rows])
+    names = ts.spec.names
+    use = new_trainer_count(X, names)
+    if "hist_est" in names:
+        use &= np.isfinite(X[:, list(names).index("hist_est")])
+    if use.sum() < JUDGE_MIN_ROWS:
+        return True
+    X, y = X[use], ts.y[rows[use]]
+    base = base_margin(X, ts.spec, ts.fallback_log_tp)
+    trees = model.predict(X, base=base)
+    return int(metrics.within_log(trees - y).sum()) < int(metrics.within_log(base - y).sum())
+
+
+def calibrate_intervals(model: Model, ts: TrainingSet, cfg: TrainConfig,
+                        new_trainer_count_alone: bool = False) -> IntervalCalibrator | None:
     """Conformal interval offsets per novelty group from the validation days' rows.
 
     The validation rows (natural and masked) were never fitted on; their residuals under the
-    fitted model calibrate each group's interval. With fewer validation rows than a
-    calibration needs (a few hundred public benchmark rows), the model has no intervals.
+    fitted model calibrate each group's interval (a trainer count new to its pair by the base
+    margin alone where ``new_trainer_count_alone``, as served). With fewer validation rows
+    than a calibration needs (a few hundred public benchmark rows), the model has no
+    intervals.
     """
     val = ts.day >= cfg.window_days - cfg.validation_days
     calibrator = IntervalCalibrator(coverage=cfg.interval_coverage)
     if val.sum() < calibrator.min_rows:
         return None
     X = np.asarray(ts.X[val])
-    pred = model.predict(X, base=base_margin(X, ts.spec, ts.fallback_log_tp))
+    base = base_margin(X, ts.spec, ts.fallback_log_tp)
+    pred = model.predict(X, base=base)
+    if new_trainer_count_alone:
+        pred = history_alone(pred, base, X, ts.spec.names, new_trainer_count(X, ts.spec.names))
     new_type_resid = None
     if len(ts.new_type_y):
         # Predicted as serving predicts a type nobody ran on in the window.
@@ -306,7 +347,8 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
         progress("fit", 0, 1)
     t0 = time.perf_counter()
     model = fit_model(ts, cfg, fitter)
-    intervals = calibrate_intervals(model, ts, cfg)
+    alone = judge_new_trainer_count(model, ts, cfg)
+    intervals = calibrate_intervals(model, ts, cfg, alone)
     timings["fit_s"] = time.perf_counter() - t0
     if progress:
         progress("fit", 1, 1)
@@ -316,7 +358,7 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
                 "window_start": window.start, "window_end": window.end,
                 "window_days": cfg.window_days, "lookback_days": cfg.lookback_days,
                 "train_config": asdict(cfg), "fallback_log_throughput": ts.fallback_log_tp,
-                "model_kind": model.kind}
+                NEW_TRAINER_COUNT_ALONE: alone, "model_kind": model.kind}
     artifact = Artifact(version="unpublished", path=None, manifest=manifest, model=model,
                         snapshot=ts.serving_snapshot, spec=ts.spec, catalog=catalog,
                         intervals=intervals)
