@@ -46,10 +46,9 @@ from leap.model.split import Model, model_from_files
 from leap.model.verify import probe_jobs, proof_key, read_proof, write_proof
 
 ARTIFACT_VERSION = 1
-#: Manifest key: whether the window judged that a trainer count new to its (family, type)
-#: pair is better served by the base margin alone
-#: (:func:`leap.model.train.judge_new_trainer_count`). Absent (a model trained before the
-#: judgement): no.
+#: Manifest key: whether a trainer count new to its (family, type) pair is served the base
+#: margin alone (:func:`leap.model.train.judge_new_trainer_count`). Absent (a model trained
+#: before the judgement): no.
 NEW_TRAINER_COUNT_ALONE = "new_trainer_count_base_alone"
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -135,9 +134,9 @@ class Artifact:
         and on types held out entirely (the default fleet's B200, public tables' newest
         types) it moved that estimate away from the truth more often than toward it (see the
         closing notes of issue 10). So does a trainer count the family never ran on a type
-        it ran on (:func:`new_trainer_count`), where the window judged that the trees'
-        correction, learned where the family's runs surround the job's scale, misses there
-        (:data:`NEW_TRAINER_COUNT_ALONE`).
+        it ran on (:func:`new_trainer_count`), unless the window showed the trees'
+        correction, learned where the family's runs surround the job's scale, doing at least
+        as well there (:data:`NEW_TRAINER_COUNT_ALONE`).
         """
         base = base_margin(X, self.spec, self.fallback_log_tp)
         pred = np.asarray(self.model.predict(X, base=base))
@@ -222,9 +221,10 @@ def new_trainer_count(X: np.ndarray, names: Sequence[str]) -> np.ndarray:
 
     On the default fleet's held-out day (2026-01-31), 398 such attempts were within +-20%
     for 74.6% under the trees' correction and 78.1% under the base margin alone; on the
-    harder fleet's, 2,359 of them, 68.2% and 67.3%; Sia's multi-device rows with a type's
-    held out beside its single-device ones, 33.6% and 37.5% (session 44): whether to serve
-    the base margin alone is judged on each window.
+    harder fleet's, 2,359 of them, 68.2% and 67.3%; Sia's multi-device scaling (a type's
+    multi-device rows held out beside its single-device ones), 33.6% under the trees and
+    37.5% with these rows by the base margin alone (session 44): whether to serve the base
+    margin alone is judged on each window.
 
     >>> new_trainer_count(np.array([[3.0, np.nan], [3.0, 2.0], [np.nan, np.nan]]),
     ...                   ["fam_hw_n", "fam_hw_tc_n"]).tolist()
