@@ -53,8 +53,10 @@ from leap.model.window import (
 )
 from leap.records import Record
 
-#: Validation rows :func:`judge_new_trainer_count` needs to judge at all.
-JUDGE_MIN_ROWS = 30
+#: Validation rows :func:`judge_new_trainer_count` needs to judge at all: on fewer, a share
+#: within +-20% has a standard error of 4 points or more, and the trees and the base margin
+#: differ by a few rows (the tests' small fleet: 29 against 28 of 33).
+JUDGE_MIN_ROWS = 100
 
 
 @dataclass(frozen=True)
