@@ -341,9 +341,11 @@ def test_artifact_round_trip_predicts_identically(trained_workspace: Workspace,
     jobs = attempts[attempts["submitted_at"] >= SMALL_AS_OF].head(500)
     copy = write_artifact(tmp_path / "copy", model=art.model, snapshot=art.snapshot,
                           spec=art.spec, catalog=art.catalog,
-                          info={"fallback_log_throughput": art.fallback_log_tp},
+                          info={"fallback_log_throughput": art.fallback_log_tp,
+                                NEW_TRAINER_COUNT_ALONE: art.new_trainer_count_alone},
                           intervals=art.intervals)
     loaded = load_artifact(copy)
+    assert loaded.new_trainer_count_alone == art.new_trainer_count_alone
     np.testing.assert_array_equal(loaded.predict(jobs), art.predict(jobs))
     for a, b in zip(loaded.predict_interval(jobs), art.predict_interval(jobs), strict=True):
         np.testing.assert_array_equal(a, b)
