@@ -667,7 +667,8 @@ class TransferIndex:
         windows for a pair model) went from 30.4% within +-20% to 41.7% (memory-bandwidth
         ratio 39.3%), its held-out cells from 44.4% to 51.9% (k-NN 48.1%); where the shape
         boosters exist they reach most shapes: Sia's scaling 34.2% -> 33.6% (FLOP/s ratio
-        38.5%), Lambda TensorFlow's 72.7% -> 71.8%, Sia's held-out cells 84.5% -> 83.8%
+        38.5%; 37.5% since session 44's trainer-count judgement in leap.model.train),
+        Lambda TensorFlow's 72.7% -> 71.8%, Sia's held-out cells 84.5% -> 83.8%
         (k-NN 85.3%), every other public cell unchanged. Used only in windows without shape
         boosters and without the window's judgement (:meth:`carries_shape_moves`), Sia's
         scaling fell to 30.2% and Lambda TensorFlow's to 67.6%. On both simulated fleets the

@@ -198,10 +198,11 @@ class Artifact:
 
 
 def history_alone(pred: np.ndarray, base: np.ndarray, X: np.ndarray, names: Sequence[str],
-                  new_type: np.ndarray) -> np.ndarray:
-    """``pred`` (the trees' correction on the base margin ``base``), except on a type nobody
-    ran on in the window (``new_type``) where the row has a history-adjusted estimate
-    (``hist_est``): there the base margin alone (see :meth:`Artifact.predict_rows`).
+                  alone: np.ndarray) -> np.ndarray:
+    """``pred`` (the trees' correction on the base margin ``base``), except on the rows
+    ``alone`` marks (a type nobody ran on in the window; a trainer count new to its pair where
+    judged so) that have a history-adjusted estimate (``hist_est``): there the base margin
+    alone (see :meth:`Artifact.predict_rows`).
 
     >>> X = np.array([[1.0], [np.nan], [1.0]])
     >>> history_alone(np.zeros(3), np.ones(3), X, ["hist_est"],
@@ -210,7 +211,7 @@ def history_alone(pred: np.ndarray, base: np.ndarray, X: np.ndarray, names: Sequ
     """
     if "hist_est" not in names:
         return pred
-    use = np.asarray(new_type, dtype=bool) & np.isfinite(X[:, list(names).index("hist_est")])
+    use = np.asarray(alone, dtype=bool) & np.isfinite(X[:, list(names).index("hist_est")])
     return np.where(use, base, pred)
 
 
