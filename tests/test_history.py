@@ -81,13 +81,24 @@ def test_snapshots_give_what_sql_gives_over_the_same_rows(day: int) -> None:
     # Plain; without three (family, type) pairs; without every attempt on L4 (a type nobody
     # ran on, as the new-type interval is calibrated), here also without those pairs.
     no_l4 = hist["hardware"] == "L4"
+    runs = pd.DataFrame({"family_id": ["f1", "f3", "f8", "nobody", "f4"],
+                         "hardware": ["A100", "H100", "A100", "L4", "L4"],
+                         "trainer_count": [2, 4, 1, 1, 8]})
+    run_dropped = (hist["family_id"] + "/" + hist["hardware"] + "/"
+                   + hist["trainer_count"].astype(str)).isin(["f1/A100/2", "f3/H100/4",
+                                                              "f8/A100/1"])
+    assert run_dropped.any()
     for snap, rows in ((builder.snapshot(as_of), hist),
                        (builder.snapshot(as_of, exclude=exclude), hist[~dropped]),
                        (builder.snapshot(as_of, exclude=exclude, exclude_hardware=["L4"]),
                         hist[~dropped & ~no_l4]),
                        # Without every attempt of two families (a model type hidden).
                        (builder.snapshot(as_of, exclude_families=["f2", "f5", "nobody"]),
-                        hist[~hist["family_id"].isin(["f2", "f5"])])):
+                        hist[~hist["family_id"].isin(["f2", "f5"])]),
+                       # Without some trainer counts of some pairs (one unknown family, one
+                       # trainer count nobody ran), their other trainer counts kept.
+                       (builder.snapshot(as_of, exclude_trainer_counts=runs),
+                        hist[~run_dropped])):
         con.register("h", rows)
         for level in LEVELS:
             got, want = snap.tables[level.name], _sql_level(con, level, as_of)

@@ -311,3 +311,37 @@ def test_rows_of_a_model_type_new_to_the_window_take_the_wider_cell() -> None:
     assert np.all(both_lo[~which] <= lo[~which]) and np.all(both_hi[~which] >= hi[~which])
     assert np.any(both_hi[~which] > hi[~which])
     assert IntervalCalibrator.from_json(cal.to_json()).quantiles_ == cal.quantiles_
+
+
+def test_a_trainer_count_new_to_its_pair_takes_the_union_of_natural_and_hidden_rows() -> None:
+    """The new-trainer-count cell is, on each side, the wider of the natural rows' interval
+    and the hidden rows', each where there are enough rows; it widens only the rows it is
+    asked for."""
+    rng = np.random.default_rng(8)
+    n = 2000
+    groups = np.full(n, G["seen_pair_new_shape"])
+    natural, hidden = rng.normal(-0.2, 0.4, 400), rng.normal(0.1, 0.2, 3000)
+    resid = np.r_[natural, hidden]
+    is_hidden = np.r_[np.zeros(400, bool), np.ones(3000, bool)]
+    cal = IntervalCalibrator().fit(rng.normal(0, 0.1, n), groups,
+                                   new_trainer_count_resid=resid,
+                                   new_trainer_count_hidden=is_hidden)
+    lo_c, hi_c, used = cal.quantiles_["new_trainer_count"]
+    nat, hid = _conformal(natural, 0.2), _conformal(hidden, 0.2)
+    assert used == 3400 and lo_c == nat[0] and hi_c == max(nat[1], hid[1])
+    which = np.arange(n) % 2 == 0
+    lo, hi = cal.offsets(groups, new_trainer_count=which)
+    plain_lo, plain_hi = cal.offsets(groups)
+    np.testing.assert_array_equal(lo[~which], plain_lo[~which])
+    np.testing.assert_array_equal(hi[~which], plain_hi[~which])
+    assert np.all(lo[which] == lo_c) and np.all(hi[which] == hi_c)
+    assert IntervalCalibrator.from_json(cal.to_json()).quantiles_ == cal.quantiles_
+    # Too few natural rows (a public table's window): the hidden rows alone.
+    few = IntervalCalibrator().fit(rng.normal(0, 0.1, n), groups,
+                                   new_trainer_count_resid=np.r_[natural[:29], hidden],
+                                   new_trainer_count_hidden=np.r_[np.zeros(29, bool),
+                                                                  np.ones(3000, bool)])
+    assert few.quantiles_["new_trainer_count"][:2] == hid
+    none = IntervalCalibrator().fit(rng.normal(0, 0.1, n), groups,
+                                    new_trainer_count_resid=natural[:29])
+    assert "new_trainer_count" not in none.quantiles_

@@ -21,7 +21,15 @@ from leap.cli import _register, app
 from leap.config import Workspace
 from leap.data.store import Store
 from leap.errors import ArtifactError, ModelError, QualityGateError
-from leap.features.encode import FEATURE_NAMES, FEATURE_VERSION, FeatureSpec, encode, jobs_frame
+from leap.features.encode import (
+    FEATURE_NAMES,
+    FEATURE_VERSION,
+    FeatureSpec,
+    encode,
+    jobs_frame,
+    new_trainer_count,
+    new_vendor,
+)
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.features.pairs import PairSchedule
 from leap.model.artifact import (
@@ -29,7 +37,6 @@ from leap.model.artifact import (
     Registry,
     base_margin,
     load_artifact,
-    new_trainer_count,
     write_artifact,
 )
 from leap.model.cascade import CascadeModel, GBMParams, GlobalModel
@@ -41,6 +48,7 @@ from leap.model.window import (
     family_codes,
     load_attempts,
     new_model_type_rows,
+    new_trainer_count_rows,
     new_type_rows,
     succeeded_attempts,
 )
@@ -434,6 +442,57 @@ def test_validation_rows_of_a_hidden_type_carry_no_history_of_it(
     # Nothing of the type itself: no family level on it, no model type's level on it.
     for col in ("fam_hw_n", "fam_hw_shape_n", "mt_hw_n"):
         assert np.isnan(X[:, names.index(col)]).all(), col
+
+
+def test_validation_rows_at_a_hidden_trainer_count_carry_no_history_of_it(
+        sim_workspace: Workspace, attempts: pd.DataFrame) -> None:
+    """Each row's own (family, type, trainer count) runs are gone from its snapshot (no
+    configuration or trainer-count level of the pair), its family's other runs on the type
+    are not (the pair's level counts exactly those), and every such row is returned."""
+    cfg = small_train_config(pair_model=False)
+    catalog = Catalog.default()
+    history = prepare_history(attempts, catalog)
+    builder = HistoryBuilder(history, lookback_days=cfg.lookback_days)
+    spec = FeatureSpec.fit(attempts, catalog)
+    X, y = new_trainer_count_rows(attempts, builder, catalog, SMALL_AS_OF, cfg, spec)
+    builder.close()
+    assert len(X) == len(y) >= 30 and np.isfinite(y).all()
+    names = list(FEATURE_NAMES)
+    for col in ("fam_hw_tc_n", "fam_hw_shape_n"):
+        assert np.isnan(X[:, names.index(col)]).all(), col
+    assert np.all(X[:, names.index("fam_hw_n")] > 0)
+    assert new_trainer_count(X, names).all()
+
+
+def test_a_trainer_count_new_to_its_pair_gets_its_own_interval_cell(
+        trained_workspace: Workspace) -> None:
+    """The cell is calibrated on the validation days' natural and hidden rows of that kind,
+    and widens such a row's interval to it on each side (never narrows it); other rows keep
+    the interval of their group."""
+    art = Registry(trained_workspace.models_dir).load()
+    assert art.intervals is not None
+    lo_c, hi_c, used = art.intervals.quantiles_["new_trainer_count"]
+    assert used >= art.intervals.min_rows and lo_c < 0 < hi_c
+    with Store(trained_workspace.store_path, read_only=True) as store:
+        jobs = load_attempts(store, SMALL_AS_OF, SMALL_AS_OF + timedelta(days=1))
+    X = art.encode_full(jobs)
+    new = new_trainer_count(X, FEATURE_NAMES)
+    assert new.sum() >= 10 and (~new).sum() >= 100
+    p = art.predict_encoded(X)
+    lo, hi = p.lo - p.log, p.hi - p.log
+    assert np.all(lo[new] <= lo_c + 1e-12) and np.all(hi[new] >= hi_c - 1e-12)
+    cal = art.intervals
+    plain_lo, plain_hi = cal.offsets(p.group, new_vendor(X, FEATURE_NAMES),
+                                     art.on_new_type(X, FEATURE_NAMES),
+                                     np.isnan(X[:, FEATURE_NAMES.index("mt_n")]))
+    np.testing.assert_allclose(lo[~new], plain_lo[~new], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hi[~new], plain_hi[~new], rtol=0, atol=1e-12)
+    assert np.all(lo[new] <= plain_lo[new] + 1e-12) and np.all(hi[new] >= plain_hi[new] - 1e-12)
+    # The held-out day reports those rows apart (among the new shapes).
+    held = art.manifest["metrics"]["held_out"]
+    shapes = held["novelty"]["seen_pair_new_shape"]
+    assert 0 < held["new_trainer_count"]["n"] <= min(new.sum(), shapes["n"])
+    assert 0 <= held["new_trainer_count"]["interval_coverage"] <= 1
 
 
 def test_corrupt_or_foreign_artifacts_are_refused_clearly(fresh_copy: Workspace) -> None:

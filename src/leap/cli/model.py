@@ -131,7 +131,13 @@ def print_train(out: dict[str, Any]) -> None:
                       _pct(blk.get("accuracy_gpu_hours")), _pct(blk["median_ape"]), name)
         console.print(t)
         if held.get("novelty"):
-            console.print(_novelty_table(held["novelty"]))
+            groups = {}
+            for name, g in held["novelty"].items():
+                groups[name] = g
+                if name == "seen_pair_new_shape" and held.get("new_trainer_count"):
+                    groups["  of which new trainer count"] = \
+                        held["new_trainer_count"]
+            console.print(_novelty_table(groups))
         if "oracle_ceiling" in held:
             console.print(f"oracle ceiling (simulator truth within ±20%): "
                           f"{_pct(held['oracle_ceiling'])}")

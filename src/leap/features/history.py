@@ -335,6 +335,8 @@ class HistoryBuilder:
         n_hw = len(self._labels["hardware"])
         #: (family, type) pair of each row, as ``family code * types + type code``.
         self._pair = codes["family_id"].astype(np.int64) * n_hw + codes["hardware"]
+        #: Each row's trainer-count code (for :meth:`snapshot`'s ``exclude_trainer_counts``).
+        self._trainer_count = codes["trainer_count"]
         # The rows in the order of each value, shared by every level's groups.
         index = np.int32 if len(y) < 2**31 else np.int64
         value_orders = {v: np.argsort(a, kind="stable").astype(index) for v, a in values.items()}
@@ -372,7 +374,8 @@ class HistoryBuilder:
 
     def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None,
                  exclude_hardware: Sequence[str] = (),
-                 exclude_families: Sequence[str] = ()) -> Snapshot:
+                 exclude_families: Sequence[str] = (),
+                 exclude_trainer_counts: pd.DataFrame | None = None) -> Snapshot:
         """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``.
 
         ``exclude`` (columns ``family_id``, ``hardware``) removes every attempt of those
@@ -382,6 +385,10 @@ class HistoryBuilder:
         been had nobody run on them (how training calibrates a new type's interval).
         ``exclude_families`` removes every attempt of those families (all of a model type's:
         how training calibrates a new model type's interval).
+        ``exclude_trainer_counts`` (columns ``family_id``, ``hardware``, ``trainer_count``)
+        removes every attempt of those families on those types at those trainer counts,
+        keeping their other trainer counts there (how training calibrates the interval of a
+        trainer count new to its pair).
         """
         if as_of.tzinfo is None:
             raise ValueError("as_of must be timezone-aware (UTC)")
@@ -406,11 +413,16 @@ class HistoryBuilder:
                 gone = self._encode_labels("family_id", pd.Series(list(exclude_families)))
                 excluded.reshape(-1, n_hw)[gone[gone >= 0], :] = True
             kept = ~excluded[self._pair]
+        runs = exclude_trainer_counts is not None and len(exclude_trainer_counts) > 0
+        if runs:
+            # Only some rows of a pair go: nothing is taken from the plain snapshot below.
+            kept_runs = self._kept_runs(exclude_trainer_counts)
+            kept = kept_runs if kept is None else kept & kept_runs
         # A group of a level keyed by (family, type) holds the rows of one pair: it is either
         # excluded whole or has exactly the rows, and so the statistics, it has without
         # exclusions. Those levels are taken from the plain snapshot as of the same time
         # (training builds it first) instead of being computed again.
-        plain = self._plain.get(as_of)
+        plain = None if runs else self._plain.get(as_of)
         tables, texts, pair_levels = {}, {}, {}
         for lv in LEVELS:
             if plain is not None and excluded is not None and lv.name in self._group_pair:
@@ -433,13 +445,26 @@ class HistoryBuilder:
         if plain is not None and excluded is not None:
             keep = ~excluded[plain.levels[_FAMILY_TYPE][2]]
             pair_stats = {k: v[keep] for k, v in plain.pair_stats.items()}
-        elif excluded is None:
+        elif kept is None:
             self._plain[as_of] = _PlainParts(pair_levels, pair_stats)
             for old in list(self._plain)[:-PLAIN_KEPT]:
                 self._plain.pop(old, None)
         tables[TRANSFER] = self._transfer_table(pair_stats)
         return Snapshot(as_of, self.lookback_days, tables,
                         self.pairs(as_of) if self.pairs is not None else None, texts)
+
+    def _kept_runs(self, runs: pd.DataFrame) -> np.ndarray:
+        """Per row: False where its (family, type, trainer count) is one of ``runs``."""
+        family = self._encode_labels("family_id", runs["family_id"])
+        hw = self._encode_labels("hardware", runs["hardware"])
+        counts = pd.to_numeric(runs["trainer_count"], errors="coerce").to_numpy(np.float64)
+        labels = self._labels["trainer_count"]
+        tc = np.searchsorted(labels, np.nan_to_num(counts, nan=-1).astype(np.int64))
+        known = (family >= 0) & (hw >= 0) & (tc < len(labels)) \
+            & (labels[np.minimum(tc, len(labels) - 1)] == counts)
+        n_hw, n_tc = len(self._labels["hardware"]), len(labels)
+        gone = (family[known] * n_hw + hw[known]) * n_tc + tc[known]
+        return ~np.isin(self._pair * n_tc + self._trainer_count, gone)
 
     def _encode_labels(self, col: str, values: pd.Series) -> np.ndarray:
         """Integer codes of ``values`` in column ``col`` (-1 where history never saw one)."""

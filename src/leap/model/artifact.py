@@ -37,6 +37,7 @@ from leap.features.encode import (
     base_margin,
     encode,
     jobs_frame,
+    new_trainer_count,
     new_vendor,
     novelty,
 )
@@ -174,14 +175,16 @@ class Artifact:
     def interval_offsets(self, X: np.ndarray, names: Sequence[str], group: np.ndarray
                          ) -> tuple[np.ndarray, np.ndarray]:
         """Log offsets of the 80% interval of encoded rows (columns ``names``) in novelty
-        ``group``: per vendor cell, and widened on a type nobody ran on in the window and for
-        a model type nobody ran in it (no model-type history, ``mt_n``)."""
+        ``group``: per vendor cell, and widened on a type nobody ran on in the window, for a
+        model type nobody ran in it (no model-type history, ``mt_n``) and at a trainer count
+        new to the row's (family, type) pair."""
         if self.intervals is None:
             raise ArtifactError("this model has no intervals (too few validation rows)")
         new_type = self.on_new_type(X, names) if "hardware" in names else None
         new_model_type = np.isnan(X[:, list(names).index("mt_n")]) if "mt_n" in names \
             else None
-        return self.intervals.offsets(group, new_vendor(X, names), new_type, new_model_type)
+        return self.intervals.offsets(group, new_vendor(X, names), new_type, new_model_type,
+                                      new_trainer_count(X, names))
 
     def predict_interval(self, jobs: Columns | pd.DataFrame) -> Prediction:
         """:meth:`predict_encoded` of ``jobs``: log samples/s, interval and novelty group."""
@@ -213,29 +216,6 @@ def history_alone(pred: np.ndarray, base: np.ndarray, X: np.ndarray, names: Sequ
         return pred
     use = np.asarray(alone, dtype=bool) & np.isfinite(X[:, list(names).index("hist_est")])
     return np.where(use, base, pred)
-
-
-def new_trainer_count(X: np.ndarray, names: Sequence[str]) -> np.ndarray:
-    """Whether each encoded row (columns ``names``) is at a trainer count its family never ran
-    on a type it did run on: family x type history (``fam_hw_n``), none at the row's trainer
-    count (``fam_hw_tc_n``). All False where the columns are not encoded.
-
-    On the default fleet's held-out day (2026-01-31), 398 such attempts were within +-20%
-    for 74.6% under the trees' correction and 78.1% under the base margin alone; on the
-    harder fleet's, 2,359 of them, 68.2% and 67.3%; Sia's multi-device scaling (a type's
-    multi-device rows held out beside its single-device ones), 33.6% under the trees and
-    37.5% with these rows by the base margin alone (session 44): whether to serve the base
-    margin alone is judged on each window.
-
-    >>> new_trainer_count(np.array([[3.0, np.nan], [3.0, 2.0], [np.nan, np.nan]]),
-    ...                   ["fam_hw_n", "fam_hw_tc_n"]).tolist()
-    [True, False, False]
-    """
-    if "fam_hw_n" not in names or "fam_hw_tc_n" not in names:
-        return np.zeros(len(X), dtype=bool)
-    cols = list(names)
-    with np.errstate(invalid="ignore"):
-        return (X[:, cols.index("fam_hw_n")] > 0) & ~(X[:, cols.index("fam_hw_tc_n")] > 0)
 
 
 def write_artifact(directory: Path, *, model: Model, snapshot: Snapshot, spec: FeatureSpec,

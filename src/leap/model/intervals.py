@@ -72,6 +72,8 @@ VENDOR_CELLS = ("vendor_seen", "new_vendor")
 NEW_TYPE = "new_type"
 #: The cell of rows of a model type nobody ran in the window (every group).
 NEW_MODEL_TYPE = "new_model_type"
+#: The cell of rows at a trainer count new to their (family, type) pair (every group).
+NEW_TRAINER_COUNT = "new_trainer_count"
 
 
 def _conformal(resid: np.ndarray, alpha: float) -> tuple[float, float]:
@@ -123,13 +125,18 @@ class IntervalCalibrator:
             new_vendor: np.ndarray | None = None,
             new_type_resid: np.ndarray | None = None,
             family: np.ndarray | None = None,
-            new_model_type_resid: np.ndarray | None = None) -> IntervalCalibrator:
+            new_model_type_resid: np.ndarray | None = None,
+            new_trainer_count_resid: np.ndarray | None = None,
+            new_trainer_count_hidden: np.ndarray | None = None) -> IntervalCalibrator:
         """Calibrate on log residuals ``y - pred`` of held-out rows and their novelty groups;
         ``masked`` marks rows encoded with their own pair history removed, ``new_vendor``
         rows whose family never ran on their type's vendor; ``new_type_resid`` are the
         residuals of rows encoded as if nobody had run on their type, ``new_model_type_resid``
-        of rows encoded as if nobody had run their model type; ``family`` is each row's family
-        (any hashable codes), for the ``new_family`` group (see the module docstring)."""
+        of rows encoded as if nobody had run their model type, ``new_trainer_count_resid`` of
+        rows at a trainer count new to their (family, type) pair (``new_trainer_count_hidden``
+        marks those whose trainer count was hidden from the pair); ``family`` is each row's
+        family (any hashable codes), for the ``new_family`` group (see the module docstring).
+        """
         if not 0 < self.coverage < 1:
             raise ModelError(f"coverage must be in (0, 1), got {self.coverage}")
         resid = np.asarray(resid, dtype=np.float64)
@@ -203,15 +210,28 @@ class IntervalCalibrator:
                 r = r[np.isfinite(r)]
                 if len(r) >= self.min_rows:
                     self.quantiles_[name] = (*_conformal(r, alpha), len(r))
+        if new_trainer_count_resid is not None:
+            # The natural rows and the hidden ones, each where there are enough: the union.
+            r = np.asarray(new_trainer_count_resid, dtype=np.float64)
+            hidden = np.zeros(len(r), dtype=bool) if new_trainer_count_hidden is None \
+                else np.asarray(new_trainer_count_hidden, dtype=bool)
+            halves = [r[np.isfinite(r) & (hidden == h)] for h in (False, True)]
+            parts = [_conformal(x, alpha) for x in halves if len(x) >= self.min_rows]
+            if parts:
+                self.quantiles_[NEW_TRAINER_COUNT] = (min(lo for lo, _ in parts),
+                                                      max(hi for _, hi in parts),
+                                                      sum(len(x) for x in halves))
         return self
 
     def offsets(self, groups: np.ndarray, new_vendor: np.ndarray | None = None,
-                new_type: np.ndarray | None = None, new_model_type: np.ndarray | None = None
+                new_type: np.ndarray | None = None, new_model_type: np.ndarray | None = None,
+                new_trainer_count: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Log offsets ``(lo, hi)`` to add to the median prediction of each row (per vendor
         cell where ``new_vendor`` is given and the cell was calibrated; on a type nobody ran
         on in the window, ``new_type``, widened to the ``new_type`` cell where calibrated,
-        and for a model type nobody ran, ``new_model_type``, to the ``new_model_type`` cell).
+        for a model type nobody ran, ``new_model_type``, to the ``new_model_type`` cell, and at
+        a trainer count new to its pair, ``new_trainer_count``, to that cell).
 
         Examples
         --------
@@ -232,7 +252,8 @@ class IntervalCalibrator:
         c = np.zeros(len(g), dtype=np.int64) if new_vendor is None else \
             1 + np.asarray(new_vendor, dtype=np.int64)
         lo, hi = table[g, c, 0], table[g, c, 1]
-        for name, rows in ((NEW_TYPE, new_type), (NEW_MODEL_TYPE, new_model_type)):
+        for name, rows in ((NEW_TYPE, new_type), (NEW_MODEL_TYPE, new_model_type),
+                           (NEW_TRAINER_COUNT, new_trainer_count)):
             if rows is not None and name in self.quantiles_:
                 q_lo, q_hi, _ = self.quantiles_[name]
                 new = np.asarray(rows, dtype=bool)

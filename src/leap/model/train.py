@@ -26,6 +26,7 @@ from leap.errors import ArtifactError, ModelError, QualityGateError
 from leap.features.encode import (
     NOVELTY_GROUPS,
     base_margin,
+    new_trainer_count,
     new_vendor,
 )
 from leap.features.history import LEVELS, Snapshot
@@ -35,7 +36,6 @@ from leap.model.artifact import (
     Artifact,
     Registry,
     history_alone,
-    new_trainer_count,
     write_artifact,
 )
 from leap.model.cascade import CascadeModel, Fitter, GBMParams, GlobalModel
@@ -85,7 +85,7 @@ class HeldOutFigures(Record):
     backtest."""
 
     OMIT_NONE = frozenset({"accuracy_gpu_hours", "novelty", "interval_coverage",
-                           "masked_pairs", "unseen_share"})
+                           "masked_pairs", "unseen_share", "new_trainer_count"})
 
     day: str
     n: float
@@ -99,6 +99,7 @@ class HeldOutFigures(Record):
     interval_coverage: float | None = None
     masked_pairs: dict[str, GroupSummary] | None = None
     unseen_share: float | None = None
+    new_trainer_count: GroupSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -229,26 +230,37 @@ def calibrate_intervals(model: Model, ts: TrainingSet, cfg: TrainConfig,
     if val.sum() < calibrator.min_rows:
         return None
     X = np.asarray(ts.X[val])
-    base = base_margin(X, ts.spec, ts.fallback_log_tp)
-    pred = model.predict(X, base=base)
-    if new_trainer_count_alone:
-        pred = history_alone(pred, base, X, ts.spec.names, new_trainer_count(X, ts.spec.names))
-    new_type_resid = None
-    if len(ts.new_type_y):
-        # Predicted as serving predicts a type nobody ran on in the window.
-        Xn = np.asarray(ts.new_type_X)
-        base = base_margin(Xn, ts.spec, ts.fallback_log_tp)
-        new_type_resid = ts.new_type_y - history_alone(
-            model.predict(Xn, base=base), base, Xn, ts.spec.names, np.ones(len(Xn), bool))
-    new_model_type_resid = None
-    if len(ts.new_model_type_y):
-        Xm = np.asarray(ts.new_model_type_X)
-        new_model_type_resid = ts.new_model_type_y - model.predict(
-            Xm, base=base_margin(Xm, ts.spec, ts.fallback_log_tp))
+    names = ts.spec.names
+
+    def served(X: np.ndarray, alone: np.ndarray | None = None) -> np.ndarray:
+        """Log throughput as serving predicts rows ``X``: the base margin alone on ``alone``
+        rows (a type nobody ran on), and at a trainer count new to its pair where judged."""
+        base = base_margin(X, ts.spec, ts.fallback_log_tp)
+        pred = model.predict(X, base=base)
+        if new_trainer_count_alone:
+            new = new_trainer_count(X, names)
+            alone = new if alone is None else alone | new
+        return pred if alone is None else history_alone(pred, base, X, names, alone)
+
+    def resid(X: np.ndarray, y: np.ndarray, alone: bool = False) -> np.ndarray | None:
+        if not len(y):
+            return None
+        X = np.asarray(X)
+        return y - served(X, np.ones(len(X), dtype=bool) if alone else None)
+
+    pred = served(X)
+    # A trainer count new to its pair: the validation days' natural rows of that kind, and
+    # their rows with the trainer count hidden from the pair (never fitted on either).
+    natural = new_trainer_count(X, names) & ~ts.masked[val]
+    hidden = resid(ts.new_trainer_count_X, ts.new_trainer_count_y)
+    hidden = np.empty(0) if hidden is None else hidden
     return calibrator.fit(ts.y[val] - pred, ts.group[val], ts.masked[val],
-                          new_vendor(X, ts.spec.names), new_type_resid,
+                          new_vendor(X, names),
+                          resid(ts.new_type_X, ts.new_type_y, alone=True),
                           ts.family[val] if len(ts.family) == len(ts.y) else None,
-                          new_model_type_resid)
+                          resid(ts.new_model_type_X, ts.new_model_type_y),
+                          np.concatenate([ts.y[val][natural] - pred[natural], hidden]),
+                          np.r_[np.zeros(int(natural.sum()), bool), np.ones(len(hidden), bool)])
 
 
 def evaluate(pred_log: np.ndarray, jobs: pd.DataFrame, fam_seen: np.ndarray, day: str,
@@ -281,25 +293,28 @@ def by_novelty(pred_log: np.ndarray, y: np.ndarray, group: np.ndarray,
     """Accuracy, MdAPE, share of rows and interval coverage per novelty group (log inputs);
     with each row's ``family``, the group's effective families and family-resampled 90%
     confidence intervals of both shares."""
-    out: dict[str, GroupSummary] = {}
-    inside = None if interval is None else (y >= interval[0]) & (y <= interval[1])
-    for i, name in enumerate(NOVELTY_GROUPS):
-        m = group == i
-        if not m.any():
-            continue
-        block = metrics.summary(np.exp(pred_log[m]), np.exp(y[m]))
-        spread: dict[str, Any] = {}
-        if family is not None:
-            fam = family[m]
-            spread = {"effective_families": metrics.effective_clusters(fam),
-                      "accuracy_ci": metrics.cluster_interval(
-                          metrics.within_log(pred_log[m] - y[m]), fam)}
-            if inside is not None:
-                spread["interval_coverage_ci"] = metrics.cluster_interval(inside[m], fam)
-        out[name] = GroupSummary(**block.to_dict(), share=float(m.mean()),
-                                 interval_coverage=None if inside is None
-                                 else float(inside[m].mean()), **spread)
-    return out
+    return {name: rows_summary(pred_log, y, m, interval, family)
+            for name, m in ((name, group == i) for i, name in enumerate(NOVELTY_GROUPS))
+            if m.any()}
+
+
+def rows_summary(pred_log: np.ndarray, y: np.ndarray, m: np.ndarray,
+                 interval: tuple[np.ndarray, np.ndarray] | None = None,
+                 family: np.ndarray | None = None) -> GroupSummary:
+    """:func:`by_novelty`'s figures for the rows ``m`` (a boolean mask) alone."""
+    spread: dict[str, Any] = {}
+    inside = None if interval is None else (y[m] >= interval[0][m]) & (y[m] <= interval[1][m])
+    if family is not None:
+        fam = family[m]
+        spread = {"effective_families": metrics.effective_clusters(fam),
+                  "accuracy_ci": metrics.cluster_interval(
+                      metrics.within_log(pred_log[m] - y[m]), fam)}
+        if inside is not None:
+            spread["interval_coverage_ci"] = metrics.cluster_interval(inside, fam)
+    block = metrics.summary(np.exp(pred_log[m]), np.exp(y[m]))
+    return GroupSummary(**block.to_dict(), share=float(m.mean()),
+                        interval_coverage=None if inside is None else float(inside.mean()),
+                        **spread)
 
 
 def family_seen(snapshot: Snapshot, jobs: pd.DataFrame) -> np.ndarray:
@@ -376,6 +391,11 @@ def fit_window(ts: TrainingSet, catalog: Catalog, as_of: datetime, cfg: TrainCon
             interval = (pred + lo, pred + hi)
         held = evaluate(pred, ts.eval_jobs, seen, as_of.date().isoformat(), ts.eval_group,
                         interval)
+        new_tc = new_trainer_count(ts.eval_X, ts.spec.names)
+        if new_tc.any():
+            held = replace(held, new_trainer_count=rows_summary(
+                pred, np.log(ts.eval_jobs["throughput"].to_numpy(dtype=np.float64)), new_tc,
+                interval, ts.eval_jobs["family_id"].to_numpy()))
         if len(ts.eval_masked_rows):
             # The held-out day's rows again, each with its own (family, type) history
             # removed: how leap does on types a family never ran on, against measured truth.

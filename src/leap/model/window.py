@@ -29,6 +29,7 @@ from leap.features.encode import (
     FEATURE_NAMES,
     FeatureSpec,
     encode,
+    new_trainer_count,
     novelty,
 )
 from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
@@ -62,6 +63,10 @@ NEW_TYPE_MIN_ROWS = 200
 #: training were covered 75.2% of the time with 4 a day, 76.4% with 10 (71.0% without the
 #: cell; weighing each model type once instead of each row: 94.4%).
 NEW_MODEL_TYPE_FOLDS = 10
+#: (family, type) pairs of a validation day whose trainer count is hidden to calibrate the
+#: interval of a trainer count new to its pair (:func:`new_trainer_count_rows`): at most
+#: this many, drawn, so the cost stays a snapshot and an encode of a few thousand rows a day.
+NEW_TRAINER_COUNT_PAIRS = 2_000
 
 
 @dataclass(frozen=True)
@@ -130,8 +135,9 @@ class TrainingSet:
     ``new_type_X`` and ``new_type_y`` are validation rows encoded as if nobody had run on
     their type (:func:`new_type_rows`): never fitted on, they calibrate a new type's interval;
     ``new_model_type_X`` and ``new_model_type_y`` the same for a model type nobody ran
-    (:func:`new_model_type_rows`). ``family`` is each row's family code
-    (:func:`family_codes`).
+    (:func:`new_model_type_rows`), and ``new_trainer_count_X`` and ``new_trainer_count_y``
+    for a trainer count new to its (family, type) pair (:func:`new_trainer_count_rows`).
+    ``family`` is each row's family code (:func:`family_codes`).
     """
 
     X: np.ndarray
@@ -152,6 +158,8 @@ class TrainingSet:
     new_type_y: np.ndarray = field(default_factory=lambda: np.empty(0))
     new_model_type_X: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
     new_model_type_y: np.ndarray = field(default_factory=lambda: np.empty(0))
+    new_trainer_count_X: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
+    new_trainer_count_y: np.ndarray = field(default_factory=lambda: np.empty(0))
     family: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -491,8 +499,9 @@ class HeldOut:
     """The serving snapshot as of the held-out day and that day's rows encoded against it
     (every feature), plainly and each with its own (family, type) history masked; and the
     validation days' rows on a few types encoded as if nobody had run on those types
-    (:func:`new_type_rows`), and on a few model types as if nobody had run those
-    (:func:`new_model_type_rows`)."""
+    (:func:`new_type_rows`), on a few model types as if nobody had run those
+    (:func:`new_model_type_rows`), and at trainer counts hidden from their (family, type)
+    pairs (:func:`new_trainer_count_rows`)."""
 
     snapshot: Snapshot
     jobs: pd.DataFrame
@@ -506,6 +515,9 @@ class HeldOut:
     new_model_type_X: np.ndarray = field(
         default_factory=lambda: np.empty((0, len(FEATURE_NAMES))))
     new_model_type_y: np.ndarray = field(default_factory=lambda: np.empty(0))
+    new_trainer_count_X: np.ndarray = field(
+        default_factory=lambda: np.empty((0, len(FEATURE_NAMES))))
+    new_trainer_count_y: np.ndarray = field(default_factory=lambda: np.empty(0))
 
 
 def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
@@ -524,9 +536,10 @@ def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catal
                                  np.random.default_rng(cfg.seed), folds=EVAL_MASK_FOLDS)
     new_X, new_y = new_type_rows(attempts, builder, catalog, as_of, cfg, spec)
     new_mt_X, new_mt_y = new_model_type_rows(attempts, builder, catalog, as_of, cfg, spec)
+    new_tc_X, new_tc_y = new_trainer_count_rows(attempts, builder, catalog, as_of, cfg, spec)
     snap_s += time.perf_counter() - t1
     return HeldOut(serving, jobs, X, masked_X, rows, snap_s, enc_s, new_X, new_y, new_mt_X,
-                   new_mt_y)
+                   new_mt_y, new_tc_X, new_tc_y)
 
 
 def new_type_rows(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
@@ -569,6 +582,43 @@ def new_model_type_rows(attempts: pd.DataFrame, builder: HistoryBuilder, catalog
                         lambda day, mt: builder.snapshot(day,
                                                          exclude_families=of_type.get(mt, [])),
                         NEW_MODEL_TYPE_FOLDS)
+
+
+def new_trainer_count_rows(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
+                           as_of: datetime, cfg: TrainConfig, spec: FeatureSpec
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the window's validation days at a trainer count hidden from their (family,
+    type) pair: on each day, of up to :data:`NEW_TRAINER_COUNT_PAIRS` of its pairs (drawn with
+    the day's seed), one trainer count each (drawn among those the pair ran that day) is
+    removed from the day's snapshot (:meth:`HistoryBuilder.snapshot` with
+    ``exclude_trainer_counts``) and its rows encoded against it. Only rows whose family still
+    ran on the type at another trainer count are kept (:func:`new_trainer_count`): what
+    serving sees for a trainer count new to its pair. Returns the rows (every feature) and
+    their log throughputs.
+
+    As for :func:`new_type_rows`, the model was fit on the window with those runs in it.
+    """
+    full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
+    blocks, ys = [], []
+    for back in range(cfg.validation_days, 0, -1):
+        start = as_of - timedelta(days=back)
+        rows = succeeded_attempts(submitted_in(attempts, start, start + timedelta(days=1)),
+                                  catalog)
+        rows = rows[rows["family_id"].notna() & rows["trainer_count"].notna()]
+        if rows.empty:
+            continue
+        runs = rows[["family_id", "hardware", "trainer_count"]].drop_duplicates()
+        rng = np.random.default_rng([cfg.seed, start.toordinal(), NEW_TYPE_FOLDS, 2])
+        runs = runs.iloc[rng.permutation(len(runs))].drop_duplicates(["family_id", "hardware"])
+        runs = runs.iloc[:NEW_TRAINER_COUNT_PAIRS]
+        sub = rows.merge(runs, on=["family_id", "hardware", "trainer_count"])
+        X = encode(sub, builder.snapshot(start, exclude_trainer_counts=runs), catalog, full)
+        keep = new_trainer_count(X, FEATURE_NAMES)
+        blocks.append(X[keep])
+        ys.append(np.log(sub["throughput"].to_numpy(dtype=np.float64)[keep]))
+    if not blocks:
+        return np.empty((0, len(FEATURE_NAMES))), np.empty(0)
+    return np.vstack(blocks), np.concatenate(ys)
 
 
 def _hidden_rows(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime, cfg: TrainConfig,
@@ -616,6 +666,8 @@ def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
         eval_masked_group=novelty(held.masked_X, FEATURE_NAMES),
         new_type_X=model_X(held.new_type_X), new_type_y=held.new_type_y,
         new_model_type_X=model_X(held.new_model_type_X), new_model_type_y=held.new_model_type_y,
+        new_trainer_count_X=model_X(held.new_trainer_count_X),
+        new_trainer_count_y=held.new_trainer_count_y,
         family=blocks.family, timings=timings)
 
 
