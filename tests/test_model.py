@@ -446,9 +446,9 @@ def test_validation_rows_of_a_hidden_type_carry_no_history_of_it(
 
 def test_validation_rows_at_a_hidden_trainer_count_carry_no_history_of_it(
         sim_workspace: Workspace, attempts: pd.DataFrame) -> None:
-    """Each row's own (family, type, trainer count) runs are gone from its snapshot (no
-    configuration or trainer-count level of the pair), its family's other runs on the type
-    are not (the pair's level counts exactly those), and every such row is returned."""
+    """Each row's own (family, type, trainer count) runs, and its pair's larger trainer
+    counts, are gone from its snapshot (no configuration or trainer-count level of the pair),
+    its family's smaller trainer counts on the type are not."""
     cfg = small_train_config(pair_model=False)
     catalog = Catalog.default()
     history = prepare_history(attempts, catalog)

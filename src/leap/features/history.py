@@ -335,7 +335,7 @@ class HistoryBuilder:
         n_hw = len(self._labels["hardware"])
         #: (family, type) pair of each row, as ``family code * types + type code``.
         self._pair = codes["family_id"].astype(np.int64) * n_hw + codes["hardware"]
-        #: Each row's trainer-count code (for :meth:`snapshot`'s ``exclude_trainer_counts``).
+        #: Each row's trainer-count code (:meth:`snapshot`'s ``exclude_trainer_counts_from``).
         self._trainer_count = codes["trainer_count"]
         # The rows in the order of each value, shared by every level's groups.
         index = np.int32 if len(y) < 2**31 else np.int64
@@ -375,7 +375,7 @@ class HistoryBuilder:
     def snapshot(self, as_of: datetime, *, exclude: pd.DataFrame | None = None,
                  exclude_hardware: Sequence[str] = (),
                  exclude_families: Sequence[str] = (),
-                 exclude_trainer_counts: pd.DataFrame | None = None) -> Snapshot:
+                 exclude_trainer_counts_from: pd.DataFrame | None = None) -> Snapshot:
         """The snapshot of attempts submitted in ``[as_of - lookback_days, as_of)``.
 
         ``exclude`` (columns ``family_id``, ``hardware``) removes every attempt of those
@@ -385,10 +385,10 @@ class HistoryBuilder:
         been had nobody run on them (how training calibrates a new type's interval).
         ``exclude_families`` removes every attempt of those families (all of a model type's:
         how training calibrates a new model type's interval).
-        ``exclude_trainer_counts`` (columns ``family_id``, ``hardware``, ``trainer_count``)
-        removes every attempt of those families on those types at those trainer counts,
-        keeping their other trainer counts there (how training calibrates the interval of a
-        trainer count new to its pair).
+        ``exclude_trainer_counts_from`` (columns ``family_id``, ``hardware``,
+        ``trainer_count``) removes every attempt of those families on those types at that
+        trainer count or a larger one, keeping their smaller ones there (how training
+        calibrates the interval of a trainer count new to its pair: a job scaled out).
         """
         if as_of.tzinfo is None:
             raise ValueError("as_of must be timezone-aware (UTC)")
@@ -413,10 +413,10 @@ class HistoryBuilder:
                 gone = self._encode_labels("family_id", pd.Series(list(exclude_families)))
                 excluded.reshape(-1, n_hw)[gone[gone >= 0], :] = True
             kept = ~excluded[self._pair]
-        runs = exclude_trainer_counts is not None and len(exclude_trainer_counts) > 0
+        runs = exclude_trainer_counts_from is not None and len(exclude_trainer_counts_from) > 0
         if runs:
             # Only some rows of a pair go: nothing is taken from the plain snapshot below.
-            kept_runs = self._kept_runs(exclude_trainer_counts)
+            kept_runs = self._kept_below(exclude_trainer_counts_from)
             kept = kept_runs if kept is None else kept & kept_runs
         # A group of a level keyed by (family, type) holds the rows of one pair: it is either
         # excluded whole or has exactly the rows, and so the statistics, it has without
@@ -453,18 +453,17 @@ class HistoryBuilder:
         return Snapshot(as_of, self.lookback_days, tables,
                         self.pairs(as_of) if self.pairs is not None else None, texts)
 
-    def _kept_runs(self, runs: pd.DataFrame) -> np.ndarray:
-        """Per row: False where its (family, type, trainer count) is one of ``runs``."""
+    def _kept_below(self, runs: pd.DataFrame) -> np.ndarray:
+        """Per row: False where its family and type are one of ``runs``'s and its trainer
+        count is that run's or larger (the smallest where a pair is given twice)."""
         family = self._encode_labels("family_id", runs["family_id"])
         hw = self._encode_labels("hardware", runs["hardware"])
         counts = pd.to_numeric(runs["trainer_count"], errors="coerce").to_numpy(np.float64)
-        labels = self._labels["trainer_count"]
-        tc = np.searchsorted(labels, np.nan_to_num(counts, nan=-1).astype(np.int64))
-        known = (family >= 0) & (hw >= 0) & (tc < len(labels)) \
-            & (labels[np.minimum(tc, len(labels) - 1)] == counts)
-        n_hw, n_tc = len(self._labels["hardware"]), len(labels)
-        gone = (family[known] * n_hw + hw[known]) * n_tc + tc[known]
-        return ~np.isin(self._pair * n_tc + self._trainer_count, gone)
+        known = (family >= 0) & (hw >= 0) & ~np.isnan(counts)
+        n_hw = len(self._labels["hardware"])
+        below = np.full(len(self._labels["family_id"]) * n_hw, np.inf)
+        np.minimum.at(below, family[known] * n_hw + hw[known], counts[known])
+        return self._labels["trainer_count"][self._trainer_count] < below[self._pair]
 
     def _encode_labels(self, col: str, values: pd.Series) -> np.ndarray:
         """Integer codes of ``values`` in column ``col`` (-1 where history never saw one)."""
