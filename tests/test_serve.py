@@ -443,6 +443,12 @@ def test_leap_serve_command(fresh_copy: Workspace, jobs: list[dict[str, Any]],  
         for job in jobs[:4]:  # with 2 workers, the kernel spreads connections over both
             r = httpx.post(f"{base}/v1/rank", json={"job": job}, headers=auth).json()
             assert r["reason"] is None and r["ranking"]
+        # Written while serving (the writer child runs at the lowest priority: on a loaded
+        # host it may take a while), not only by the flush at shutdown.
+        deadline = time.monotonic() + 120
+        while len(read_decisions(decisions_path(fresh_copy.home))[0]) < 4 \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
     finally:
         proc.terminate()
         proc.wait(SERVER_STOP_S)
