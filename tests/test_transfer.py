@@ -429,8 +429,9 @@ def test_encoding_in_blocks_gives_the_same_rows(trained_workspace: Workspace,
                                                 attempts: pd.DataFrame,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows are encoded a block at a time (bounded memory on a large day); any block size,
-    blocks small enough for the request path's dict lookups included, gives the same
-    matrix as the whole, whose lookups go through pandas."""
+    blocks small enough for the request path's dict lookups included, and blocks computed
+    at once on threads, gives the same matrix as the whole, whose lookups go through
+    pandas."""
     import leap.features.encode as encode_module
     from leap.model.artifact import Registry
 
@@ -440,6 +441,11 @@ def test_encoding_in_blocks_gives_the_same_rows(trained_workspace: Workspace,
     whole = encode(day, art.snapshot, CAT, art.full_spec)
     monkeypatch.setattr(encode_module, "ENCODE_CHUNK_ROWS", 1000)  # blocks of 1,000 and less
     np.testing.assert_array_equal(encode(day, art.snapshot, CAT, art.full_spec), whole)
+    # Blocks computed at once on threads (a batch prediction): the same rows, in order.
+    monkeypatch.setattr(encode_module, "THREADED_MIN_ROWS", 500)
+    for threads in (2, 3):
+        np.testing.assert_array_equal(
+            encode(day, art.snapshot, CAT, art.full_spec, threads=threads), whole)
     small = encode(day, art.snapshot, CAT, art.full_spec, dtype=np.float32)
     assert small.dtype == np.float32
     np.testing.assert_array_equal(small, whole.astype(np.float32))

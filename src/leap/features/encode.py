@@ -25,11 +25,16 @@ from leap.features.columns import SMALL, Columns, factorize, nan_to, stack, voca
 from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
+from leap.threads import map_in_order
 
 FEATURE_VERSION = 18
 
 #: Rows :func:`encode` computes at a time (the result is the same for any block size).
 ENCODE_CHUNK_ROWS = 32_768
+#: Distinct rows from which :func:`encode` with ``threads`` >= 2 deals them into that many
+#: blocks, computed at once (much of a block's work is NumPy on whole arrays, which releases
+#: the GIL); below it, one block.
+THREADED_MIN_ROWS = 8_192
 #: What a row's features are a function of: rows equal in these are encoded once.
 DISTINCT_KEY: tuple[str, ...] = (*JOB_COLUMNS, "hardware")
 #: Columns a serving request must be able to supply (everything else is optional).
@@ -178,7 +183,8 @@ def check_request_columns(jobs: Columns | pd.DataFrame) -> None:
 
 
 def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
-           spec: FeatureSpec, dtype: type[np.floating[Any]] = np.float64) -> np.ndarray:
+           spec: FeatureSpec, dtype: type[np.floating[Any]] = np.float64,
+           threads: int = 1) -> np.ndarray:
     """Model rows for ``jobs`` (one row each, on the hardware in its ``hardware`` column).
 
     Parameters
@@ -193,6 +199,9 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
         Feature names and vocabularies of the model.
     dtype : float type
         Of the result (training keeps its matrix in float32).
+    threads : int
+        Blocks computed at once, from :data:`THREADED_MIN_ROWS` distinct rows (the result is
+        the same; each block in flight holds its own intermediates).
 
     Returns
     -------
@@ -218,21 +227,29 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
         # encoded once (a day of a fleet's attempts repeats most of its configurations).
         row, first = cols_in.codes(DISTINCT_KEY)
         if len(first) < len(cols_in):
-            return _encode_blocks(cols_in.take(first), snapshot, catalog, spec, dtype)[row]
-    return _encode_blocks(cols_in, snapshot, catalog, spec, dtype)
+            return _encode_blocks(cols_in.take(first), snapshot, catalog, spec, dtype,
+                                  threads)[row]
+    return _encode_blocks(cols_in, snapshot, catalog, spec, dtype, threads)
 
 
 def _encode_blocks(cols_in: Columns, snapshot: Snapshot, catalog: Catalog, spec: FeatureSpec,
-                   dtype: type[np.floating[Any]]) -> np.ndarray:
-    """:func:`encode` of every row of ``cols_in``, :data:`ENCODE_CHUNK_ROWS` at a time."""
+                   dtype: type[np.floating[Any]], threads: int) -> np.ndarray:
+    """:func:`encode` of every row of ``cols_in``, :data:`ENCODE_CHUNK_ROWS` at a time, or in
+    ``threads`` blocks or more at once from :data:`THREADED_MIN_ROWS` rows."""
     n = len(cols_in)
-    if n <= ENCODE_CHUNK_ROWS:
+    size = ENCODE_CHUNK_ROWS if threads < 2 or n < THREADED_MIN_ROWS else \
+        min(ENCODE_CHUNK_ROWS, -(-n // threads))
+    if n <= size:
         return _encode_rows(cols_in, snapshot, catalog, spec).astype(dtype, copy=False)
     out = np.empty((n, len(spec.names)), dtype=dtype)
-    for start in range(0, n, ENCODE_CHUNK_ROWS):
-        stop = min(start + ENCODE_CHUNK_ROWS, n)
-        out[start:stop] = _encode_rows(cols_in.take(np.arange(start, stop)), snapshot,
-                                       catalog, spec)
+    starts = range(0, n, size)
+
+    def block(start: int) -> np.ndarray:
+        return _encode_rows(cols_in.take(np.arange(start, min(start + size, n))), snapshot,
+                            catalog, spec)
+
+    for start, X in zip(starts, map_in_order(block, starts, threads), strict=True):
+        out[start:start + len(X)] = X
     return out
 
 

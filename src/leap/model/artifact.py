@@ -113,9 +113,10 @@ class Artifact:
         """Model rows for ``jobs`` (each with a ``hardware`` column) via the one feature path."""
         return encode(jobs, self.snapshot, self.catalog, self.spec)
 
-    def encode_full(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
-        """Every feature column (:data:`~leap.features.encode.FEATURE_NAMES`) of ``jobs``."""
-        return encode(jobs, self.snapshot, self.catalog, self.full_spec)
+    def encode_full(self, jobs: Columns | pd.DataFrame, threads: int = 1) -> np.ndarray:
+        """Every feature column (:data:`~leap.features.encode.FEATURE_NAMES`) of ``jobs``
+        (a large batch on ``threads``, see :func:`~leap.features.encode.encode`)."""
+        return encode(jobs, self.snapshot, self.catalog, self.full_spec, threads=threads)
 
     def _absent_types(self) -> np.ndarray:
         """Per code of the hardware vocabulary: whether nobody ran on the type in the
@@ -186,9 +187,9 @@ class Artifact:
         return self.intervals.offsets(group, new_vendor(X, names), new_type, new_model_type,
                                       new_trainer_count(X, names))
 
-    def predict_interval(self, jobs: Columns | pd.DataFrame) -> Prediction:
+    def predict_interval(self, jobs: Columns | pd.DataFrame, threads: int = 1) -> Prediction:
         """:meth:`predict_encoded` of ``jobs``: log samples/s, interval and novelty group."""
-        return self.predict_encoded(self.encode_full(jobs))
+        return self.predict_encoded(self.encode_full(jobs, threads))
 
     def predict_log(self, jobs: Columns | pd.DataFrame) -> np.ndarray:
         """Predicted log samples/s for each job row on its ``hardware`` (the one path:

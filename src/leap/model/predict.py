@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,10 @@ from leap.features.encode import (
     jobs_frame,
 )
 from leap.model.artifact import Artifact
+
+#: Blocks of a batch's distinct rows encoded at once (:func:`leap.features.encode.encode`).
+#: Measured on 2 cores, 100,000 rows: encode 1.24 -> 1.05 s with two (the GIL bounds it).
+BATCH_THREADS = min(2, os.cpu_count() or 1)
 
 
 def read_jobs(path: Path) -> pd.DataFrame:
@@ -120,7 +125,7 @@ def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
         raise DataError(f"jobs lack required column(s): {', '.join(missing)}")
     for hw in rows["hardware"].unique():
         artifact.catalog[str(hw)]  # raises with a did-you-mean
-    pred, lo, hi, group = artifact.predict_interval(rows)
+    pred, lo, hi, group = artifact.predict_interval(rows, BATCH_THREADS)
     keep = ["job", "family_id", "model_type", "trainer_count", "batch_size", "hardware"]
     passthrough = [c for c in rows.columns if c not in keep and c not in JOB_COLUMNS]
     return rows[["job", *passthrough, *keep[1:]]].assign(
