@@ -8,7 +8,8 @@ writes bench/results/bench_predict.json.
 
 In one run it scores the rows with LightGBM and with compiled trees (:mod:`leap.model.compiled`,
 compiled once and cached beside the artifact, so ``--home`` must be writable), checks the two
-agree within 1e-9 relative, and times the encode and the model apart. Target (issue 15):
+agree within 1e-9 relative, and times the encode (on ``BATCH_THREADS``, as predict runs it) and
+the model apart. Target (issue 15):
 200,000 rows/s.
 
     python bench/bench_predict.py [--home DIR] [--jobs 5000] [--repeat 3]
@@ -42,7 +43,7 @@ def main() -> None:
 
     from leap.features.encode import jobs_frame
     from leap.model.artifact import Registry
-    from leap.model.predict import expand_candidates
+    from leap.model.predict import BATCH_THREADS, expand_candidates
     from leap.rank.ranker import Ranker
 
     home = bench_workspace(args.home)
@@ -52,7 +53,8 @@ def main() -> None:
     frame = expand_candidates(jobs_frame(jobs), CANDIDATES)
     out: dict[str, Any] = {"bench": "predict", "at": datetime.now(UTC).isoformat(),
                            "machine": platform.machine(), "cpus": os.cpu_count(), "rows": rows,
-                           "jobs": len(jobs), "candidates": len(CANDIDATES)}
+                           "jobs": len(jobs), "candidates": len(CANDIDATES),
+                           "encode_threads": BATCH_THREADS}
     preds: dict[str, np.ndarray] = {}
     for name, mode in (("lightgbm", False), ("compiled", True)):
         ranker = Ranker(Registry(home / "models"), background_reload=False, compiled=False)
@@ -76,7 +78,7 @@ def main() -> None:
         art = serving.artifact
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            X = art.encode_full(frame)
+            X = art.encode_full(frame, BATCH_THREADS)  # as predict encodes
             t1 = time.perf_counter()
             art.predict_encoded(X)
             enc_s.append(t1 - t0)
