@@ -127,6 +127,79 @@ def test_a_writer_process_that_dies_is_replaced_and_loses_nothing(
     assert len(ent) == 4 * len(answer.ranking)
 
 
+# A writer child that writes the first batch it is sent, commits it, and then never answers
+# (as one starved of CPU, or stopped between its commit and its answer).
+_SILENT_CHILD = """
+import sys, time, orjson
+from pathlib import Path
+from leap.rank.decisions import _Store, _receive
+_Store(Path(sys.argv[1]), None).write(orjson.loads(_receive(sys.stdin.buffer)))
+Path(sys.argv[1] + ".committed").touch()
+time.sleep(600)
+"""
+
+
+def test_close_writes_what_a_silent_child_holds_and_stores_each_decision_once(
+        ranker: Ranker, jobs: list[dict[str, Any]], tmp_path: Path,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopping, the writer does not wait on a child that does not answer: the child is
+    stopped and the thread writes its batch and the rest itself; the batch the child had
+    committed already is not stored twice."""
+    import subprocess
+    import sys
+
+    import leap.rank.decisions as decisions
+
+    def silent_child(path: Path, retention_days: float | None) -> Any:
+        proc = subprocess.Popen([sys.executable, "-c", _SILENT_CHILD, str(path)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None
+        return decisions._Child(proc, proc.stdin, proc.stdout)
+
+    monkeypatch.setattr(decisions, "_start_child", silent_child)
+    path = tmp_path / "d.duckdb"
+    log = DecisionLog(path, flush_interval_s=0.05, process=True)
+    answer = ranker.rank(jobs[0], ["H100-SXM", "L4"])
+    for i in range(3):
+        log.record({**jobs[0], "job_id": f"sent-{i}"}, None, answer)
+    committed = Path(f"{path}.committed")
+    deadline = time.monotonic() + 120
+    while not committed.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert committed.exists(), "the child never wrote its batch"
+    child = log._child
+    assert child is not None
+    for i in range(2):  # queued while the writer waits on the child's answer
+        log.record({**jobs[0], "job_id": f"queued-{i}"}, None, answer)
+    t0 = time.monotonic()
+    log.close(9)
+    assert time.monotonic() - t0 < 9
+    assert child.proc.poll() is not None  # stopped, not left behind
+    assert (log.recorded, log.written, log.dropped) == (5, 5, 0)
+    dec, ent = read_decisions(path)
+    assert sorted(dec["job_id"]) == ["queued-0", "queued-1", "sent-0", "sent-1", "sent-2"]
+    assert dec["decision_id"].is_unique
+    assert len(ent) == 5 * len(answer.ranking)
+
+
+def test_a_batch_written_twice_is_stored_once(ranker: Ranker,  # noqa: F811
+                                              jobs: list[dict[str, Any]],  # noqa: F811
+                                              tmp_path: Path) -> None:
+    from leap.rank.decisions import _Store
+
+    answer = ranker.rank(jobs[0], ["H100-SXM", "L4"])
+    records = [_Pending.of(time.time(), "python", {**jobs[0], "job_id": f"j{i}"}, None, answer)
+               for i in range(3)]
+    store = _Store(tmp_path / "d.duckdb", None)
+    store.write(records[:2])
+    store.write(records)  # the first two again, with a new one
+    dec, ent = read_decisions(tmp_path / "d.duckdb")
+    assert sorted(dec["job_id"]) == ["j0", "j1", "j2"]
+    assert len(ent) == 3 * len(answer.ranking)
+    store.write(records)  # nothing new: nothing written, no error
+    assert len(read_decisions(tmp_path / "d.duckdb")[0]) == 3
+
+
 def test_records_are_queued_as_json_bytes_the_collector_never_tracks(
         ranker: Ranker, jobs: list[dict[str, Any]]) -> None:  # noqa: F811
     """Live result objects held until a flush were promoted to the oldest generation and made
@@ -138,7 +211,8 @@ def test_records_are_queued_as_json_bytes_the_collector_never_tracks(
     record = _Pending.encoded(values)
     assert type(record) is bytes and not gc.is_tracked(record)
     back = _Pending._make(json.loads(record))
-    assert back.entries[0][0] in ("H100-SXM", "L4") and back.at == values[0]
+    assert back.entries[0][0] in ("H100-SXM", "L4") and back.at == values[1]
+    assert back.decision_id == values[0] and len(back.decision_id) == 32
     assert json.loads(back.job)["family_id"] == jobs[0]["family_id"]
 
 

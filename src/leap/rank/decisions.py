@@ -9,7 +9,9 @@ short-lived connection (opened per flush, so ``leap monitor`` can read the file 
 flushes). A full queue drops the record and counts it (``dropped``): recording never delays
 or fails a ranking. In a server (``process=True``, what `leap serve` uses) the tables are
 built and inserted by a child process at the lowest CPU priority, so a flush costs the
-serving process neither the GIL nor a core.
+serving process neither the GIL nor a core; stopping, the writer thread writes what is left
+itself (:meth:`DecisionLog.close`). Each decision's id is given when it is recorded, and a
+batch sent twice (its first write's outcome unknown) is stored once.
 
 Tables
 ------
@@ -125,6 +127,7 @@ class _Pending(NamedTuple):
     ``bench/bench_http.py`` was 110-135 ms with the log against 9 ms without it.
     """
 
+    decision_id: str  # given when recorded, so a batch written twice is stored once
     at: float
     source: str
     job: str  # JSON
@@ -140,7 +143,8 @@ class _Pending(NamedTuple):
     def of(at: float, source: str, job: Mapping[str, Any], candidates: Sequence[str] | None,
            result: RankResult) -> tuple[Any, ...]:
         """The record's values (read back with ``_Pending._make``)."""
-        return (at, source, _job_json(job), None if candidates is None else tuple(candidates),
+        return (uuid.uuid4().hex, at, source, _job_json(job),
+                None if candidates is None else tuple(candidates),
                 result.model_version, result.reason, result.objective, result.risk,
                 result.latency_ms, tuple(map(_ENTRY_FIELDS, result.ranking)))
 
@@ -186,7 +190,7 @@ def _tables(records: Sequence[Sequence[Any]]) -> tuple[pa.Table, pa.Table | None
         dpt = _int(job.get("devices_per_trainer")) or 1
         ids = {k: (None if job.get(k) is None else str(job.get(k)))
                for k in ("attempt_id", "job_id", "family_id", "model_type")}
-        row = {"decision_id": uuid.uuid4().hex, "decided_at": at,
+        row = {"decision_id": p.decision_id, "decided_at": at,
                "launch_at": _ts(job.get("submitted_at"), at), "source": p.source, **ids,
                "trainer_count": trainers, "devices": trainers * dpt if trainers else None,
                "candidates": None if p.candidates is None else json.dumps(list(p.candidates)),
@@ -329,10 +333,23 @@ class DecisionLog:
         return True
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Write what is queued and stop the writer."""
-        self._give_up_at = time.monotonic() + timeout_s / 2
+        """Write what is queued and stop the writer, within about ``timeout_s``.
+
+        Stopping, the writer thread writes what is left itself, not through the child: at
+        the lowest priority a child can be starved of CPU on a busy host for longer than a
+        shutdown waits (seen in CI, with every core busy). A child still busy with a batch
+        after a third of ``timeout_s`` is stopped, and the thread writes that batch too (the
+        file stores a decision once, whichever write committed it). Rows the file cannot
+        take by then stay unwritten and counted in ``write_errors``.
+        """
+        start = time.monotonic()
+        self._give_up_at = start + 0.8 * timeout_s
         self._stop.set()
-        self._thread.join(timeout_s)
+        self._thread.join(timeout_s / 3)
+        child = self._child
+        if self._thread.is_alive() and child is not None:
+            child.proc.kill()  # the writer's read of its answer ends: the batch is kept
+        self._thread.join(max(0.0, start + timeout_s - time.monotonic()))
         if not self._thread.is_alive():  # else the writer still uses the child: it ends
             self._stop_child(timeout_s)  # when this process closes the pipe on exit
 
@@ -377,9 +394,9 @@ class DecisionLog:
 
     def _write(self, batch: list[bytes]) -> None:
         try:
-            if self._process:
+            if self._process and not self._stop.is_set():
                 self._write_in_child(batch)
-            else:
+            else:  # stopping: this thread writes what is left (see close)
                 self._store.write(orjson.loads(_batch_json(batch)))
         except Exception as exc:  # e.g. another process holds the file (leap monitor):
             # keep the batch and retry on the next flush; never lose it silently.
@@ -444,8 +461,13 @@ class _Store:
         self._last_purge = -float("inf")
 
     def write(self, records: Sequence[Sequence[Any]]) -> None:
-        """Insert the records (:meth:`_Pending.of`) in one transaction."""
+        """Insert the records (:meth:`_Pending.of`) in one transaction, but those whose
+        ``decision_id`` the file holds already: a batch whose write may have committed
+        before its writer was stopped (a child killed at shutdown, one that died before
+        answering) is sent again, and stored once."""
         import duckdb
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
         decisions, entries = _tables(records)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -456,6 +478,20 @@ class _Store:
             create_tables(con)
             con.begin()
             con.register("__leap_dec", decisions)
+            # Rows are appended in time order, so the time bound reads only the newest ones.
+            since = pc.min(decisions.column("decided_at")).as_py()
+            held = [r[0] for r in con.execute(
+                "SELECT decision_id FROM decisions WHERE decided_at >= $since AND decision_id "
+                "IN (SELECT decision_id FROM __leap_dec)", {"since": since}).fetchall()]
+            if held:
+                keep = pc.invert(pc.is_in(decisions.column("decision_id"),
+                                          value_set=pa.array(held)))
+                decisions = decisions.filter(keep)
+                con.register("__leap_dec", decisions)
+                if entries is not None:
+                    entries = entries.filter(pc.invert(pc.is_in(
+                        entries.column("decision_id"), value_set=pa.array(held))))
+                    entries = entries if entries.num_rows else None
             con.execute(f"INSERT INTO decisions ({', '.join(_DECISION_COLS)}) SELECT "
                         f"{', '.join(_DECISION_COLS)} FROM __leap_dec")
             if entries is not None:
