@@ -116,8 +116,12 @@ def test_days_encoded_side_by_side_are_the_days_encoded_one_by_one(
     one = build_training_set(attempts, CAT, SMALL_AS_OF, replace(cfg, threads=1))
     two = build_training_set(attempts, CAT, SMALL_AS_OF, replace(cfg, threads=2))
     assert one.masked.any() and len(one.y) > 1000
-    for name in ("X", "y", "day", "masked", "group", "family", "eval_X", "eval_masked_X"):
+    # The held-out day's hidden-row sets are built side by side too.
+    for name in ("X", "y", "day", "masked", "group", "family", "eval_X", "eval_masked_X",
+                 "eval_masked_rows", "new_type_X", "new_type_y", "new_model_type_X",
+                 "new_model_type_y", "new_trainer_count_X", "new_trainer_count_y"):
         np.testing.assert_array_equal(getattr(one, name), getattr(two, name), err_msg=name)
+    assert len(one.new_type_y) and len(one.new_model_type_y) and len(one.eval_masked_rows)
     # Each row carries its attempt's family: the day's rows in order, and a masked copy its
     # original's (the family weighs a new family's calibration rows, see intervals).
     assert len(one.family) == len(one.y) and len(np.unique(one.family)) > 10
