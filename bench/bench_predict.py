@@ -9,8 +9,7 @@ writes bench/results/bench_predict.json.
 In one run it scores the rows with LightGBM and with compiled trees (:mod:`leap.model.compiled`,
 compiled once and cached beside the artifact, so ``--home`` must be writable), checks the two
 agree within 1e-9 relative, and times the encode (on ``BATCH_THREADS``, as predict runs it) and
-the model apart. Target (issue 15):
-200,000 rows/s.
+the model apart. Target (issue 15): 200,000 rows/s.
 
     python bench/bench_predict.py [--home DIR] [--jobs 5000] [--repeat 3]
 """

@@ -537,7 +537,7 @@ def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catal
     t1 = time.perf_counter()
     # Four independent sets of rows, each from snapshots with something hidden: run
     # ``cfg.threads`` at a time, the longest first (the same rows as one after the other;
-    # on the default fleet 25 s of the night on one core otherwise).
+    # on the default fleet 21-23 s of the night on one core otherwise).
     (new_mt_X, new_mt_y), (masked_X, rows), (new_X, new_y), (new_tc_X, new_tc_y) = run_each([
         lambda _: new_model_type_rows(attempts, builder, catalog, as_of, cfg, spec),
         lambda _: masked_rows(jobs, X, builder, as_of, catalog, spec,
