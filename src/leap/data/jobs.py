@@ -74,11 +74,11 @@ def check_value(name: str, v: Any) -> Any:
     kind = "a whole number" if whole else "a finite number"
     # Plain int and float (what JSON gives) skip the abstract-class checks, which were a
     # quarter of checking a batch of jobs; bool is not ``int`` by type, so it takes them.
-    kind_of = type(v)
-    if kind_of is not int and kind_of is not float and (
+    plain = type(v)
+    if plain is not int and plain is not float and (
             isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real)):
         raise DataError(f"job field '{name}' must be {kind}, got {_fmt(v)}")
-    if kind_of is int or (kind_of is not float and isinstance(v, numbers.Integral)):
+    if plain is int or (plain is not float and isinstance(v, numbers.Integral)):
         iv = int(v)
         if not lo <= iv <= hi:
             got = _fmt(iv) if abs(iv) < 10**20 else f"a number of {len(str(abs(iv)))} digits"
