@@ -59,6 +59,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "held-out day 2026-01-05" in res.output
     assert "A job with history" in res.output and "preference list" in res.output
+    assert "80% range" in res.output and "…" not in res.output  # 80 columns, nothing cut
     text = " ".join(res.output.split())  # Rich wraps long lines at word boundaries
     assert "x the prediction" in text and "best true value among the ranked types" in text
     assert (tmp_path / "models" / "LATEST").is_file()

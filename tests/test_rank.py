@@ -647,6 +647,39 @@ def test_cli_rank_json_is_the_http_response(trained_workspace: Workspace, tmp_pa
     path.write_text(json.dumps({"job": jobs[0], "candidates": ["L4"]}))
     table = _cli(trained_workspace, "rank", "--job", str(path))
     assert table.exit_code == 0 and "L4" in table.output and "preference list" in table.output
+    assert "80% range" in table.output and "…" not in table.output  # 80 columns, nothing cut
+
+
+def test_ranking_table_fits_80_columns_and_explains_its_flags() -> None:
+    from rich.console import Console
+
+    from leap.cli.rank import FLAG_CODES, ranking_table
+    from leap.rank.policy import FLAGS
+
+    def entry(name: str, tp: float, flags: list[str]) -> dict[str, Any]:
+        return {"hardware": name, "predicted_throughput": tp, "throughput_p10": tp / 2.3,
+                "throughput_p90": tp * 1.9, "cost_per_hour": 1164.8, "value": tp * 3600 / 1164.8,
+                "predicted_utilization": 0.434, "speedup": 1.234, "flags": flags}
+
+    ranking = [entry("A100-SXM4-80GB", 1_234_567.0, ["missing_hardware_history", "uncertain"]),
+               entry("V100-SXM2-32GB", 98.7654, ["memory_fit_unknown"]),
+               entry("B200", 55_555.5, ["premium_kept_mfu", "utilization_above_peak"])]
+    for truth in (None, {"A100-SXM4-80GB": 1.1e6}):
+        console = Console(width=80, record=True)
+        table, legend = ranking_table(ranking, title="preference list", truth=truth, limit=2)
+        console.print(table)
+        text = console.export_text()
+        assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+        rows = [line for line in text.splitlines() if line.strip().startswith(("1 ", "2 "))]
+        assert len(rows) == 2  # one line per entry, nothing wrapped
+        assert "1.23M" in rows[0] and "537k–2.35M" in rows[0] and "T~" in rows[0]
+        assert ("1.1M" in rows[0]) == (truth is not None)
+        assert "... and 1 more" in text
+        # Only the codes shown are explained, each once.
+        assert legend == "flags: T never ran on this type · ~ uncertain (p90 over 2x p10) · " \
+            "M memory fit unknown"
+    # Every flag the ranking policy can set has a code (a new one would print in full).
+    assert set(FLAG_CODES) == set(FLAGS)
 
 
 def test_cli_rank_errors(trained_workspace: Workspace, tmp_path: Path,

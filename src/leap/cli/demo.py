@@ -10,10 +10,11 @@ import pandas as pd
 import typer
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from leap.cli import app, console, guarded, workspace
 from leap.cli.model import print_train
+from leap.cli.rank import ranking_table
+from leap.metrics import si
 from leap.rank.results import value
 
 DEMO_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -22,40 +23,6 @@ DEMO_START = datetime(2026, 1, 1, tzinfo=UTC)
 def _progress() -> Progress:
     return Progress(TextColumn("{task.description:<22}"), BarColumn(), TextColumn(
         "{task.completed}/{task.total}"), TimeElapsedColumn(), console=console)
-
-
-_FLAG_LABELS = {"missing_family_history": "new family",
-                "missing_hardware_history": "new on type"}
-
-
-def _si(x: float) -> str:
-    """1234567 -> '1.23M' (compact, so the table fits a terminal)."""
-    if x != x:
-        return "—"
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
-def _ranking_table(title: str, job: dict[str, Any], result: Any,
-                   truth: dict[str, float]) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col, just in (("#", "right"), ("hardware", "left"), ("predicted samples/s", "right"),
-                      ("80% interval", "right"), ("true (simulator)", "right"),
-                      ("$/hour", "right"), ("samples per $", "right"), ("MFU", "right"),
-                      ("flags", "left")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for i, r in enumerate(result.ranking[:8], start=1):
-        mfu = "—" if r.predicted_utilization is None else f"{100 * r.predicted_utilization:.0f}%"
-        span = "—" if r.throughput_p10 is None else \
-            f"{_si(r.throughput_p10)}–{_si(r.throughput_p90)}"
-        t.add_row(str(i), r.hardware, _si(r.predicted_throughput), span,
-                  _si(truth.get(r.hardware, float("nan"))), f"{r.cost_per_hour:,.2f}",
-                  _si(r.value), mfu, ", ".join(_FLAG_LABELS.get(f, f) for f in r.flags))
-    if len(result.ranking) > 8:
-        t.caption = f"... and {len(result.ranking) - 8} more"
-    return t
 
 
 @app.command(epilog="Example: leap --home /tmp/leap-demo demo")
@@ -146,7 +113,11 @@ def demo(
         console.print(f"[bold]{title}[/]: family {job['family_id']} ({job['model_type']}, "
                       f"{job['trainer_count']} x {job.get('devices_per_trainer') or 1} devices, "
                       f"batch {job['batch_size']}, {job.get('precision')})")
-        console.print(_ranking_table("preference list (best value first)", job, res, truth))
+        table, legend = ranking_table(res.to_dict()["ranking"], title="preference list (best "
+                                      "value first)", truth=truth, limit=8)
+        console.print(table)
+        if legend:
+            console.print("  " + legend, highlight=False)
         console.print("  " + _pick_verdict(res, truth))
         premium = [e for e in res.excluded if e.reason == "premium_below_threshold"]
         others = [e for e in res.excluded if e.reason != "premium_below_threshold"]
@@ -171,7 +142,7 @@ def _pick_verdict(result: Any, truth: dict[str, float]) -> str:
     regret = 1 - values[pick.hardware] / values[best] if values[best] > 0 else float("nan")
     inside = pick.throughput_p10 is not None and pick.throughput_p90 is not None and \
         pick.throughput_p10 <= true_tp <= pick.throughput_p90
-    return (f"pick {pick.hardware}: true samples/s {_si(true_tp)} = "
+    return (f"pick {pick.hardware}: true samples/s {si(true_tp)} = "
             f"{true_tp / pick.predicted_throughput:.2f}x the prediction "
             f"({'inside' if inside else 'outside'} its interval); best true value among the "
             f"ranked types: {best}" + ("" if best == pick.hardware else

@@ -6,11 +6,13 @@ import ipaddress
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich import box
 from rich.table import Table
 
 from leap.cli import app, console, err_console, guarded, print_json, workspace
@@ -155,32 +157,84 @@ def rank(
     _print_ranking(out)
 
 
+#: One-character codes of a ranked entry's flags (:data:`leap.rank.policy.FLAGS`), explained
+#: in a line under the table, so the table fits an 80-column terminal.
+FLAG_CODES = {"missing_family_history": "F", "missing_hardware_history": "T",
+              "uncertain": "~", "memory_fit_unknown": "M", "utilization_above_peak": "!",
+              "premium_kept_mfu": "P", "premium_kept_speedup": "S", "no_free_devices": "0"}
+
+
+def ranking_table(ranking: list[dict[str, Any]], *, title: str,
+                  truth: Mapping[str, float] | None = None, limit: int | None = None
+                  ) -> tuple[Table, str]:
+    """A preference list as a table that fits 80 columns, and the legend of its flag codes.
+
+    ``ranking``: the ``ranking`` entries of a result's :meth:`to_dict`; ``truth`` adds a
+    column of true samples/s per type (the demo's simulator); ``limit`` shows the first
+    entries and says how many more there are.
+    """
+    from leap.rank.policy import FLAGS  # loaded already: the ranking came from it
+
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              collapse_padding=True)
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("type", no_wrap=True)
+    t.add_column("samples/s", justify="right", no_wrap=True)
+    t.add_column("80% range", justify="right", no_wrap=True)
+    if truth is not None:
+        t.add_column("true", justify="right", no_wrap=True)
+    for name in ("$/hour", "per $", "MFU"):
+        t.add_column(name, justify="right", no_wrap=True)
+    if truth is None:
+        t.add_column("speed-up", justify="right", no_wrap=True)
+    t.add_column("flags", no_wrap=True)
+    shown = ranking if limit is None else ranking[:limit]
+    seen: dict[str, str] = {}
+    for i, r in enumerate(shown, start=1):
+        mfu = r["predicted_utilization"]
+        span = "—" if r.get("throughput_p10") is None else \
+            f"{si(r['throughput_p10'])}–{si(r['throughput_p90'])}"
+        codes = [(FLAG_CODES.get(f, f), FLAGS.get(f, f)) for f in r["flags"]]
+        seen.update(codes)
+        cells = [str(i), r["hardware"], si(r["predicted_throughput"]), span]
+        if truth is not None:
+            cells.append(si(truth.get(r["hardware"])))
+        cells += [_money(r["cost_per_hour"]), si(r["value"]),
+                  "—" if mfu is None else f"{100 * mfu:.0f}%"]
+        if truth is None:
+            cells.append("—" if r["speedup"] is None else f"{r['speedup']:.2f}x")
+        cells.append("".join(dict.fromkeys(code for code, _ in codes)))
+        t.add_row(*cells)
+    if len(shown) < len(ranking):
+        t.caption = f"... and {len(ranking) - len(shown)} more"
+    legend = " · ".join(f"{code} {what}" for code, what in seen.items())
+    return t, (f"flags: {legend}" if legend else "")
+
+
+def _money(x: float) -> str:
+    """A cost per hour in at most six characters: cents below 100, whole units up to 9,999.
+
+    >>> _money(24.6401), _money(1164.8), _money(23_296.0)
+    ('24.64', '1,165', '23.3k')
+    """
+    return f"{x:.2f}" if x < 100 else f"{x:,.0f}" if x < 9999.5 else si(x)
+
+
 def _print_ranking(out: dict[str, Any]) -> None:
     if out["reason"]:
         console.print(f"[yellow]no ranking (fail-open):[/] {out['reason']}", highlight=False)
     if out["ranking"]:
         by = "value" if out["objective"] == "value" else "predicted throughput"
-        how = {"averse": "the 80% interval's low end",
-               "cautious": "the median; the cheapest type first unless confidently beaten"
+        how = {"averse": "the 80% range's low end",
+               "cautious": "the cheapest type first unless confidently beaten"
                }.get(out.get("risk", ""), "the median")
-        t = Table(title=f"preference list by {by} (at {how})")
-        for col in ("#", "hardware", "samples/s", "80% interval", "cost/hour",
-                    "samples per cost", "MFU", "speed-up"):
-            t.add_column(col, justify="right" if col != "hardware" else "left")
-        t.add_column("flags", overflow="fold")
-        for i, r in enumerate(out["ranking"], start=1):
-            mfu = r["predicted_utilization"]
-            span = "—" if r.get("throughput_p10") is None else \
-                f"{si(r['throughput_p10'])}–{si(r['throughput_p90'])}"
-            t.add_row(str(i), r["hardware"], si(r["predicted_throughput"]), span,
-                      f"{r['cost_per_hour']:.2f}", si(r["value"]),
-                      "—" if mfu is None else f"{100 * mfu:.1f}%",
-                      "—" if r["speedup"] is None else f"{r['speedup']:.2f}x",
-                      ", ".join(r["flags"]))
+        t, legend = ranking_table(out["ranking"], title=f"preference list by {by} ({how})")
         console.print(t)
+        if legend:
+            console.print(legend, highlight=False)
     if out["excluded"]:
-        t = Table(title="left out")
-        for col in ("hardware", "reason", "detail"):
+        t = Table(title="left out", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("type", "reason", "detail"):
             t.add_column(col)
         for e in out["excluded"]:
             t.add_row(e["hardware"], e["reason"], e["detail"])

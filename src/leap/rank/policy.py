@@ -61,6 +61,17 @@ CAUTIOUS_Z = 0.25
 _Z80 = 1.2815515655446004
 #: An entry whose 80% interval spans more than this factor (p90 / p10) is flagged uncertain.
 UNCERTAIN_RATIO = 2.0
+#: Every flag a ranked entry can carry, and what it says.
+FLAGS: dict[str, str] = {
+    "missing_family_history": "new family",
+    "missing_hardware_history": "never ran on this type",
+    "uncertain": f"uncertain (p90 over {UNCERTAIN_RATIO:g}x p10)",
+    "memory_fit_unknown": "memory fit unknown",
+    "utilization_above_peak": "utilization above peak",
+    "premium_kept_mfu": "premium type, kept on utilization",
+    "premium_kept_speedup": "premium type, kept on speed-up",
+    "no_free_devices": "too few free devices now",
+}
 DEFAULT_PREMIUM_MIN_SPEEDUP = 1.25
 
 # Feature columns the ranker reads for its fit filter and history flags.
