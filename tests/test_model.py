@@ -32,6 +32,7 @@ from leap.features.encode import (
 )
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.features.pairs import PairSchedule
+from leap.metrics import si
 from leap.model.artifact import (
     NEW_TRAINER_COUNT_ALONE,
     Registry,
@@ -608,6 +609,15 @@ def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> 
     assert (pred["throughput_p10"] <= pred["predicted_throughput"]).all()
     assert (pred["predicted_throughput"] <= pred["throughput_p90"]).all()
     assert set(pred["novelty"]) == {"new_family"}
+    # Without --out: the same rows as a table in 80 columns, each prediction with its range.
+    res = runner.invoke(app, [*home, "predict", str(jobs), "--candidates", "H100-SXM,T4"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "…" not in res.output and max(map(len, lines)) <= 80
+    for _, p in pred.iterrows():
+        row = next(line for line in lines if f" {p['hardware']} " in line)
+        assert si(p["predicted_throughput"]) in row and "new family" in row
+        assert f"{si(p['throughput_p10'])}–{si(p['throughput_p90'])}" in row
 
     res = runner.invoke(app, [*home, "predict", str(jobs), "--candidates", "H10O"])
     assert res.exit_code == 1 and "unknown hardware 'H10O'; did you mean" in res.output

@@ -264,13 +264,48 @@ def predict(
     names = [c.strip() for c in candidates.split(",")] if candidates else None
     frame = predict_frame(art, jobs, names)
     if out is None:
-        console.print(frame.to_string(index=False, max_rows=50))
+        _print_predictions(frame)
         return
     if out.suffix == ".parquet":
         frame.to_parquet(out, index=False)
     else:
         frame.to_csv(out, index=False)
     console.print(f"wrote {len(frame):,} predictions to {out}")
+
+
+#: Rows `leap predict` prints without --out (the file gets every row and column).
+PRINT_ROWS = 50
+#: The novelty groups (:data:`leap.features.encode.NOVELTY_GROUPS`) as the printed table
+#: names them; files keep the names themselves.
+_NOVELTY_SHORT = {"seen_config": "seen config", "seen_pair_new_shape": "new shape",
+                  "unobserved_pair_1": "new type (1)", "unobserved_pair_2": "new type (2)",
+                  "unobserved_pair_3plus": "new type (3+)", "new_family": "new family"}
+
+
+def _print_predictions(frame: Any) -> None:
+    """The first rows of ``frame`` as a table that fits 80 columns: which job, the type, the
+    prediction and its 80% range, the novelty group ("new type (2)": the family never ran
+    on this type, and ran on 2 others)."""
+    from rich import box
+    from rich.table import Table
+
+    from leap.metrics import si
+
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, right in (("job", True), ("family_id", False), ("hardware", False),
+                        ("samples/s", True), ("80% range", True), ("novelty", False)):
+        t.add_column(name, justify="right" if right else "left", no_wrap=True)
+    shown = frame.head(PRINT_ROWS)
+    for r in shown.itertuples(index=False):
+        lo, hi = getattr(r, "throughput_p10", None), getattr(r, "throughput_p90", None)
+        t.add_row(str(r.job), str(r.family_id), str(r.hardware), si(r.predicted_throughput),
+                  "—" if lo is None or lo != lo else f"{si(lo)}–{si(hi)}",
+                  _NOVELTY_SHORT.get(r.novelty, str(r.novelty)))
+    console.print(t)
+    if len(frame) > len(shown):
+        console.print(f"... and {len(frame) - len(shown):,} more rows", highlight=False)
+    console.print("--out FILE.csv|.parquet writes every row and column (passed-through input "
+                  "columns too)", highlight=False)
 
 
 @app.command("check-features", epilog="Example: leap check-features --as-of 2026-01-31")
