@@ -204,11 +204,12 @@ def models_list(ctx: typer.Context,
         console.print("no published models yet; run `leap train`")
         return
     t = Table()
-    for c in ("", "version", "as of", "kind", "held-out accuracy", "created"):
-        t.add_column(c)
+    for c in ("", "version", "as of", "kind", "held-out accuracy", "created (UTC)"):
+        t.add_column(c, no_wrap=True)
     for r in rows:
         t.add_row("*" if r["latest"] else "", r["version"], str(r["as_of"])[:10],
-                  str(r["model_kind"]), _pct(r["accuracy"]), str(r["created_at"])[:19])
+                  str(r["model_kind"]), _pct(r["accuracy"]),
+                  str(r["created_at"])[:16].replace("T", " "))
     console.print(t)
 
 
