@@ -3,7 +3,9 @@ hot reload, token, and a schema-driven fuzz."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -26,7 +28,7 @@ from leap.config import Workspace
 from leap.model.artifact import Registry
 from leap.rank.decisions import decisions_path, read_decisions
 from leap.rank.ranker import Ranker
-from leap.serve.app import GcFreezer, create_app
+from leap.serve.app import GcFreezer, _Edge, create_app
 from leap.serve.payloads import ModelInfo, PredictResponse, RankResponse
 
 # The ranker fixtures are shared with test_rank (candidates for tests/conftest.py).
@@ -119,6 +121,74 @@ def test_rank_body_is_exactly_the_response_model(http: httpx.Client,
             expect = RankResponse.model_validate(body).model_dump(mode="json")
             assert body == expect
             assert body["format"] == fmt and (body["formatted"] is None) == (fmt == "json")
+
+
+def test_rank_answered_at_the_edge_is_fastapis_answer(http: httpx.Client,
+                                                      jobs: list[dict[str, Any]]  # noqa: F811
+                                                      ) -> None:
+    """A JSON body is answered by the edge middleware without FastAPI's layers; another
+    ``+json`` content type goes through FastAPI's route: the same answer, and the same error
+    for a bad request."""
+    def both(body: Any) -> list[httpx.Response]:
+        content = json.dumps(body).encode()
+        return [http.post("/v1/rank", content=content, headers={"content-type": kind})
+                for kind in ("application/json", "application/vnd.leap+json")]
+
+    for job in jobs[:4]:
+        for extra in ({}, {"candidates": ["L4", "H100-SXM", "T4"], "risk": "averse",
+                           "objective": "throughput", "format": "kubernetes"},
+                      {"free_devices": {"L4": 0}, "max_cost_per_hour": 50.0}):
+            direct, routed = (r.json() for r in both({"job": job, **extra}))
+            direct.pop("latency_ms"), routed.pop("latency_ms")
+            assert direct == routed and direct["ranking"]
+    for bad in ({"job": jobs[0], "candidates": ["H10O"]}, {"job": {**jobs[0],
+                "trainer_count": "many"}}, {"job": jobs[0], "colour": "red"}, [1]):
+        direct, routed = both(bad)
+        assert direct.status_code == routed.status_code == 422
+        assert direct.json() == routed.json()
+
+
+def test_edge_answers_json_rank_posts_and_hands_the_rest_to_the_app() -> None:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    seen: list[tuple[str, bytes]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        seen.append((scope["path"], message.get("body", b"")))
+        await send({"type": "http.response.start", "status": 299, "headers": []})
+        await send({"type": "http.response.body", "body": b"app"})
+
+    async def rank(body: bytes) -> tuple[int, bytes] | None:
+        return None if body == b"invalid" else (200, b'{"ranked": true}')
+
+    metrics = CollectorRegistry()
+    edge = _Edge(app, token=None, requests=Counter("r", "r", ["path", "method", "status"],
+                                                   registry=metrics),
+                 latency=Histogram("l", "l", ["path"], registry=metrics), rank=rank)
+
+    def call(path: str, body: bytes, method: str = "POST",
+             kind: bytes | None = b"application/json; charset=utf-8") -> tuple[int, bytes]:
+        out: list[Any] = []
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> Any:
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            out.append(message)
+
+        headers = [] if kind is None else [(b"content-type", kind)]
+        asyncio.run(edge({"type": "http", "path": path, "method": method, "headers": headers},
+                         receive, send))
+        return out[0]["status"], out[1]["body"]
+
+    assert call("/v1/rank", b"{}") == (200, b'{"ranked": true}') and not seen
+    assert call("/v1/rank", b"invalid") == (299, b"app") and seen[-1] == ("/v1/rank", b"invalid")
+    for args in (("/v1/rank", b"{}", "POST", b"text/plain"), ("/v1/rank", b"{}", "POST", None),
+                 ("/v1/rank", b"{}", "PUT"), ("/v1/predict", b"{}")):
+        assert call(*args) == (299, b"app")  # type: ignore[arg-type]
+    assert len(seen) == 5
 
 
 def test_rank_with_free_devices(http: httpx.Client, ranker: Ranker,  # noqa: F811
