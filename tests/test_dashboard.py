@@ -7,6 +7,7 @@ With LEAP_UPDATE_SCREENSHOTS=1 it refreshes the README's screenshots in docs/img
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ from leap.data.schema import JOB_COLUMNS
 from leap.data.store import Store
 from leap.model.artifact import Registry
 from leap.rank.decisions import DecisionLog, decisions_path
+from leap.rank.policy import FLAGS
 from leap.rank.ranker import Ranker
 from leap.serve.app import create_app
 from leap.serve.monitor import MonitorCollector
@@ -67,6 +69,11 @@ def test_page_shows_model_live_figures_and_ranks_a_job(fresh_copy: Workspace) ->
         ranked = Ranker(Registry(fresh_copy.models_dir)).rank(job, ["H100-SXM", "L4", "T4"])
         first = ranked.ranking[0].hardware
         assert f"<td>1</td><td>{first}</td>" in r.text
+        assert any(entry.flags for entry in ranked.ranking)
+        for entry in ranked.ranking:  # each flag in words, as the CLI's legend says it
+            for flag in entry.flags:
+                assert html.escape(FLAGS[flag]) in r.text
+                assert "_" not in flag or flag not in r.text
         r = client.get("/", params={"job": "{not json"})
         assert r.status_code == 422 and "not valid JSON" in r.text
         r = client.get("/", params={"job": json.dumps({**job, "trainer_count": 0})})

@@ -20,6 +20,7 @@ from leap import __version__
 from leap.errors import LeapError
 from leap.metrics import si
 from leap.rank.decisions import DecisionLog
+from leap.rank.policy import FLAGS
 from leap.rank.ranker import Ranker
 from leap.rank.serving import ModelWatcher
 from leap.serve.monitor import MonitorCollector
@@ -176,7 +177,7 @@ class Dashboard:
                     f"{si(r.throughput_p10)}–{si(r.throughput_p90)}"
                 rows.append([str(i), _e(r.hardware), si(r.predicted_throughput), span,
                              f"{r.cost_per_hour:.2f}", si(r.value), _e(r.novelty or "—"),
-                             _e(", ".join(r.flags))])
+                             _e(", ".join(FLAGS.get(f, f) for f in r.flags))])
             out.append(_table(["#", "hardware", "samples/s", "80% interval", "cost/hour",
                                "samples per cost", "novelty", "flags"], rows, "ranking"))
         if result.excluded:
