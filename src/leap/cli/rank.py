@@ -225,9 +225,9 @@ def _print_ranking(out: dict[str, Any]) -> None:
         console.print(f"[yellow]no ranking (fail-open):[/] {out['reason']}", highlight=False)
     if out["ranking"]:
         by = "value" if out["objective"] == "value" else "predicted throughput"
-        how = {"averse": "the 80% range's low end",
+        how = {"averse": "at the 80% range's low end",
                "cautious": "the cheapest type first unless confidently beaten"
-               }.get(out.get("risk", ""), "the median")
+               }.get(out.get("risk", ""), "at the median")
         t, legend = ranking_table(out["ranking"], title=f"preference list by {by} ({how})")
         console.print(t)
         if legend:
