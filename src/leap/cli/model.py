@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich import box
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -21,6 +22,7 @@ from leap.cli import (
     workspace,
 )
 from leap.errors import ConfigError
+from leap.metrics import si
 
 models_app = typer.Typer(help="List published model versions and roll back.",
                          no_args_is_help=True)
@@ -287,11 +289,6 @@ def _print_predictions(frame: Any) -> None:
     """The first rows of ``frame`` as a table that fits 80 columns: which job, the type, the
     prediction and its 80% range, the novelty group ("new type (2)": the family never ran
     on this type, and ran on 2 others)."""
-    from rich import box
-    from rich.table import Table
-
-    from leap.metrics import si
-
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name, right in (("job", True), ("family_id", False), ("hardware", False),
                         ("samples/s", True), ("80% range", True), ("novelty", False)):
