@@ -136,8 +136,9 @@ def print_train(out: dict[str, Any]) -> None:
             groups = {}
             for name, g in held["novelty"].items():
                 groups[name] = g
+                # The new shapes at a trainer count new to their pair: a subset, indented.
                 if name == "seen_pair_new_shape" and held.get("new_trainer_count"):
-                    groups["  of which new trainer count"] = \
+                    groups["  new trainer count"] = \
                         held["new_trainer_count"]
             console.print(_novelty_table(groups))
         if "oracle_ceiling" in held:
@@ -157,6 +158,14 @@ def print_train(out: dict[str, Any]) -> None:
     console.print("time: " + ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in t.items()))
 
 
+#: The novelty groups (:data:`leap.features.encode.NOVELTY_GROUPS`) as the CLI's tables name
+#: them ("new type (2)": the family never ran on this type, and ran on 2 others); files and
+#: JSON keep the names themselves.
+NOVELTY_LABELS = {"seen_config": "seen config", "seen_pair_new_shape": "new shape",
+                  "unobserved_pair_1": "new type (1)", "unobserved_pair_2": "new type (2)",
+                  "unobserved_pair_3plus": "new type (3+)", "new_family": "new family"}
+
+
 def _span(ci: Any) -> str:
     return "" if not ci else f" ({100 * ci[0]:.0f}–{100 * ci[1]:.0f})"
 
@@ -172,7 +181,7 @@ def _novelty_table(groups: dict[str, Any]) -> Table:
         t.add_row(f"{int(g['n']):,}", "—" if fams is None else f"{fams:,.0f}",
                   _pct(g["accuracy"]) + _span(g.get("accuracy_ci")),
                   _pct(g.get("interval_coverage")) + _span(g.get("interval_coverage_ci")),
-                  name.replace("_", " "))
+                  NOVELTY_LABELS.get(name, name))
     return t
 
 
@@ -278,17 +287,11 @@ def predict(
 
 #: Rows `leap predict` prints without --out (the file gets every row and column).
 PRINT_ROWS = 50
-#: The novelty groups (:data:`leap.features.encode.NOVELTY_GROUPS`) as the printed table
-#: names them; files keep the names themselves.
-_NOVELTY_SHORT = {"seen_config": "seen config", "seen_pair_new_shape": "new shape",
-                  "unobserved_pair_1": "new type (1)", "unobserved_pair_2": "new type (2)",
-                  "unobserved_pair_3plus": "new type (3+)", "new_family": "new family"}
 
 
 def _print_predictions(frame: Any) -> None:
     """The first rows of ``frame`` as a table that fits 80 columns: which job, the type, the
-    prediction and its 80% range, the novelty group ("new type (2)": the family never ran
-    on this type, and ran on 2 others)."""
+    prediction and its 80% range, the novelty group (:data:`NOVELTY_LABELS`)."""
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name, right in (("job", True), ("family_id", False), ("hardware", False),
                         ("samples/s", True), ("80% range", True), ("novelty", False)):
@@ -298,7 +301,7 @@ def _print_predictions(frame: Any) -> None:
         lo, hi = getattr(r, "throughput_p10", None), getattr(r, "throughput_p90", None)
         t.add_row(str(r.job), str(r.family_id), str(r.hardware), si(r.predicted_throughput),
                   "—" if lo is None or lo != lo else f"{si(lo)}–{si(hi)}",
-                  _NOVELTY_SHORT.get(r.novelty, str(r.novelty)))
+                  NOVELTY_LABELS.get(r.novelty, str(r.novelty)))
     console.print(t)
     if len(frame) > len(shown):
         console.print(f"... and {len(frame) - len(shown):,} more rows", highlight=False)
