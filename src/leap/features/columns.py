@@ -237,9 +237,9 @@ def vocab_codes(values: Sequence[Any] | np.ndarray, vocab: Sequence[str]) -> np.
     values = np.asarray(values, dtype=object)
     if 0 < len(values) <= SMALL and len(one := set(values)) == 1:  # a request's job column
         v = one.pop()
-        return np.full(len(values), _vocab_positions(vocab).get(v, np.nan)
+        return np.full(len(values), vocab_positions(vocab).get(v, np.nan)
                        if isinstance(v, str) else np.nan)
-    pos = _vocab_positions(vocab)
+    pos = vocab_positions(vocab)
     codes, distinct = factorize(values)
     per = np.array([pos.get(v, np.nan) if isinstance(v, str) else np.nan for v in distinct],
                    dtype=np.float64)
@@ -249,7 +249,7 @@ def vocab_codes(values: Sequence[Any] | np.ndarray, vocab: Sequence[str]) -> np.
 _VOCAB_POSITIONS: dict[int, tuple[Sequence[str], dict[str, float]]] = {}
 
 
-def _vocab_positions(vocab: Sequence[str]) -> dict[str, float]:
+def vocab_positions(vocab: Sequence[str]) -> dict[str, float]:
     """Each value of ``vocab`` to its position (as a float), built once per vocabulary
     object: a model's vocabularies are read on every request. Vocabularies are never
     changed in place."""

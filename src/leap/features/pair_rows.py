@@ -6,14 +6,48 @@ job moving between two types (:func:`pair_matrix`) or between two shapes on one 
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 import zlib
+from types import ModuleType
 
 import numpy as np
 import pandas as pd
 
-from leap.catalog import Catalog
-from leap.features.columns import Columns, factorize, nan_to, stack, vocab_codes
-from leap.features.physics import activation_bytes, estimates_on_specs
+from leap.catalog import SPEC_COLUMNS, Catalog
+from leap.features.columns import (
+    SMALL,
+    Columns,
+    factorize,
+    nan_to,
+    stack,
+    vocab_codes,
+    vocab_positions,
+)
+from leap.features.physics import (
+    ACTIVATION_BYTES,
+    ALLREDUCE_BYTES_PER_PARAM,
+    PEAK_KIND,
+    TRAIN_BYTES_PER_PARAM,
+    activation_bytes,
+    estimates_on_specs,
+)
+
+
+def _import_native() -> ModuleType | None:
+    """The compiled kernels, built at install where a C compiler was found (pyproject.toml's
+    ext-modules); None without them (NumPy computes every row)."""
+    try:
+        from leap.features import _native
+    except ImportError:  # pragma: no cover - an install without a C compiler
+        return None
+    return _native
+
+
+_native = _import_native()
+
+log = logging.getLogger("leap.features")
 
 #: Family halves for cross-fitting.
 FOLDS = 2
@@ -137,12 +171,27 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
     Row ``i`` is job ``job[i]`` (a row of ``jobs``; default: row ``i``). Physics estimates
     are computed once per distinct (job, type) and job features once per job, then gathered:
     ranking one job over 20 types pairs it with every type its family ran on, and a day of
-    training rows repeats a few thousand configurations.
+    training rows repeats a few thousand configurations. A request's few rows are computed
+    by the compiled kernel where it is built (:func:`native_kernels`).
     """
+    return _pair_matrix(jobs, hw_a, hw_b, catalog, vocab, job,
+                        native_kernels() if len(hw_a) <= SMALL else None)
+
+
+def _pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Catalog,
+                 vocab: dict[str, list[str]], job: np.ndarray | None,
+                 native: ModuleType | None) -> np.ndarray:
+    """:func:`pair_matrix` by the compiled kernels ``native``, or NumPy (None)."""
     n = len(hw_a)
     job = np.arange(n) if job is None else np.asarray(job, dtype=np.int64)
     hcode, names = factorize(np.concatenate([np.asarray(hw_a, dtype=object),
                                              np.asarray(hw_b, dtype=object)]))
+    if native is not None:
+        X = np.empty((n, len(PAIR_FEATURES)))
+        native.pair_rows(*_job_inputs(native, jobs, vocab), *_type_inputs(names, catalog, vocab),
+                         np.asarray(job, dtype=np.intp), np.asarray(hcode[:n], dtype=np.intp),
+                         np.asarray(hcode[n:], dtype=np.intp), X)
+        return X
     combo, inv = np.unique(np.concatenate([job, job]) * len(names) + hcode, return_inverse=True)
     on = jobs.take(combo // len(names)).with_hardware(np.asarray(names, dtype=object)[
         combo % len(names)])
@@ -219,9 +268,25 @@ def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
                  vocab: dict[str, list[str]], job: np.ndarray | None = None) -> np.ndarray:
     """Features (:data:`SHAPE_FEATURES`) of each job moving from shape ``a_shape[i]``
     (trainers, devices per trainer, batch; -1 or NaN = missing) to its own shape on its own
-    type; row ``i`` is job ``job[i]`` of ``jobs`` (default: row ``i``)."""
+    type; row ``i`` is job ``job[i]`` of ``jobs`` (default: row ``i``); a request's few rows
+    by the compiled kernel where it is built (:func:`native_kernels`)."""
+    return _shape_matrix(jobs, a_shape, catalog, vocab, job,
+                         native_kernels() if len(a_shape) <= SMALL else None)
+
+
+def _shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
+                  vocab: dict[str, list[str]], job: np.ndarray | None,
+                  native: ModuleType | None) -> np.ndarray:
+    """:func:`shape_matrix` by the compiled kernels ``native``, or NumPy (None)."""
     n = len(a_shape)
     job = np.arange(n) if job is None else np.asarray(job, dtype=np.int64)
+    if native is not None:
+        X = np.empty((n, len(SHAPE_FEATURES)))
+        own, names = factorize(jobs.obj("hardware"))
+        native.shape_rows(*_job_inputs(native, jobs, vocab), *_type_inputs(names, catalog, vocab),
+                          np.asarray(own, dtype=np.intp), np.asarray(job, dtype=np.intp),
+                          np.ascontiguousarray(a_shape, dtype=np.float64), X)
+        return X
     on_b = jobs.take(job)
     a = np.where(np.asarray(a_shape, dtype=np.float64) > 0, a_shape, np.nan)
     # Shape A's rows, then the job's own (B): one pass of the physics for both.
@@ -254,6 +319,75 @@ def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
     f["model_category"] = vocab_codes(on_b.obj("model_category"), vocab["model_category"])
     X = stack(f, SHAPE_FEATURES, n)
     return np.where(np.isfinite(X), X, np.nan)
+
+
+#: Set to 0 to compute a request's pair and shape rows with NumPy alone (the definition).
+NATIVE_ENV = "LEAP_NATIVE"
+
+
+@functools.cache
+def native_kernels() -> ModuleType | None:
+    """The compiled kernels of a request's pair and shape rows (:mod:`leap.features._native`),
+    or None where the install built none, ``LEAP_NATIVE=0`` is set, or they disagree with
+    the NumPy code: laid out otherwise, or off by more than 1e-12 on :func:`_probe` (a
+    compiler flag such as ``-ffast-math`` drops NaN checks). Checked once per process."""
+    if _native is None or os.environ.get(NATIVE_ENV, "1") == "0":
+        return None
+    if (_native.PAIR_FEATURES, _native.SHAPE_FEATURES, _native.SPEC_COLUMNS) != (
+            PAIR_FEATURES, SHAPE_FEATURES, SPEC_COLUMNS):
+        log.warning("the compiled pair rows are laid out for another leap; NumPy computes "
+                    "them (reinstall leap to rebuild them)")
+        return None
+    _native.set_constants(TRAIN_BYTES_PER_PARAM, ALLREDUCE_BYTES_PER_PARAM, ACTIVATION_BYTES)
+    want, got = _probe(None), _probe(_native)
+    if not all(np.allclose(w, g, rtol=1e-12, atol=0.0, equal_nan=True)
+               for w, g in zip(want, got, strict=True)):
+        log.warning("the compiled pair rows disagree with NumPy on a probe (was leap built "
+                    "with unsafe math flags?); NumPy computes them")
+        return None
+    return _native
+
+
+def _probe(native: ModuleType | None) -> tuple[np.ndarray, np.ndarray]:
+    """Pair and shape rows of a few jobs on the default catalog's types, by ``native`` (None:
+    NumPy): every precision, shapes with parts missing, a job without FLOPs."""
+    catalog = Catalog.default()
+    names = np.array(list(catalog), dtype=object)
+    k = len(names)
+    precisions = ["bf16", "fp32", "tf32", "fp16", None]
+    jobs = Columns.concat([Columns.from_request(
+        {"family_id": f"f{i}", "trainer_count": 1 + i % 3, "devices_per_trainer": 2 ** (i % 4),
+         "batch_size": 16 * (i + 1), "precision": p, "model_category": "llm",
+         "num_params": 1e8 * (i + 1), "flops_per_sample": None if i == 4 else 6e11 * (i + 1),
+         "tensor_parallel": 1 + i % 2, "hidden_dim": 1024, "seq_len": 512 * (i % 2),
+         "num_layers": 12}, [names[(3 * i) % k]]) for i, p in enumerate(precisions)])
+    vocab = {"vendor": sorted({catalog[n].vendor for n in catalog}),
+             "precision": ["bf16", "fp16", "fp32"], "model_category": ["llm"]}
+    job = np.repeat(np.arange(len(jobs)), k)
+    shapes = np.array([[2.0, 8.0, 64.0], [-1.0, 4.0, np.nan], [1.0, 1.0, 8.0]])
+    return (_pair_matrix(jobs, names[np.tile(np.arange(k), len(jobs))],
+                         names[np.tile(np.arange(k)[::-1], len(jobs))], catalog, vocab, job,
+                         native),
+            _shape_matrix(jobs, shapes[job % 3], catalog, vocab, job, native))
+
+
+def _job_inputs(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The job inputs of the compiled kernels: numbers, peak kind, vocabulary codes."""
+    precision = jobs.obj("precision")
+    return (np.column_stack([jobs.num(c) for c in native.JOB_COLUMNS]),
+            np.array([PEAK_KIND.get(p, 3) for p in precision], dtype=np.intp),
+            vocab_codes(precision, vocab["precision"]),
+            vocab_codes(jobs.obj("model_category"), vocab["model_category"]))
+
+
+def _type_inputs(names: np.ndarray, catalog: Catalog, vocab: dict[str, list[str]]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The type inputs of the compiled kernels: spec rows and vendor codes of ``names``."""
+    pos = vocab_positions(vocab["vendor"])
+    return (catalog.spec_matrix(names),
+            np.array([pos.get(catalog[h].vendor, np.nan) if h in catalog else np.nan
+                      for h in names], dtype=np.float64))
 
 
 def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,

@@ -26,7 +26,7 @@ ACTIVATION_BYTES = 34.0
 
 #: Which peak each precision runs at: 0 fp32, 1 tf32, 2 bf16, 3 another 16-bit or 8-bit
 #: format (and an unknown precision), at the 16-bit rate.
-_PEAK_KIND = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3, "fp8": 3}
+PEAK_KIND = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3, "fp8": 3}
 
 
 def hardware_specs(catalog: Catalog, hardware: np.ndarray) -> dict[str, np.ndarray]:
@@ -58,11 +58,11 @@ def peak_flops(precision: np.ndarray, specs: dict[str, np.ndarray]) -> np.ndarra
     if len(precision) <= SMALL:
         distinct = set(precision)
         if len(distinct) <= 1:  # one precision (every row of a request): its rate alone
-            return rate(_PEAK_KIND.get(distinct.pop(), 3) if distinct else 3)
-        kind = np.array([_PEAK_KIND.get(p, 3) for p in precision], dtype=np.int64)
+            return rate(PEAK_KIND.get(distinct.pop(), 3) if distinct else 3)
+        kind = np.array([PEAK_KIND.get(p, 3) for p in precision], dtype=np.int64)
     else:  # looked up once per distinct precision
         codes, names = factorize(np.asarray(precision, dtype=object))
-        kind = np.array([_PEAK_KIND.get(p, 3) for p in names], dtype=np.int64)[codes]
+        kind = np.array([PEAK_KIND.get(p, 3) for p in names], dtype=np.int64)[codes]
     return np.choose(kind, [rate(k) for k in range(4)])
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from leap.errors import ArtifactError, LeapError
 from leap.features.columns import Columns
 from leap.features.encode import FEATURE_NAMES
+from leap.features.pair_rows import native_kernels
 from leap.features.physics import hardware_specs, peak_flops
 from leap.model.artifact import LATEST, Artifact, Registry
 
@@ -69,6 +70,7 @@ class Serving:
         # The smallest device memory each family has succeeded on: a type with at least that
         # much memory fits the family, whatever the (conservative) physics estimate says.
         artifact.snapshot.warm(artifact.catalog)
+        native_kernels()  # checked once per process: not on the first request
         fam_hw = artifact.snapshot.tables["fam_hw"]
         memory = {n: h.memory_gb for n, h in artifact.catalog.items()}
         per_row = fam_hw["hardware"].astype(str).map(memory)

@@ -1,0 +1,139 @@
+"""The compiled pair and shape rows of a request (leap.features._native) against their
+definition, the NumPy code of leap.features.pair_rows."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leap.catalog import Catalog
+from leap.data.schema import PRECISIONS
+from leap.features import pair_rows
+from leap.features.columns import Columns
+
+CAT = Catalog.default()
+TYPES = sorted(CAT)
+VOCAB = {"vendor": sorted({CAT[n].vendor for n in CAT}), "precision": list(PRECISIONS),
+         "model_category": ["language", "vision"]}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_check() -> Iterator[None]:
+    """Each test decides afresh whether the kernels serve (the check is cached per process)."""
+    pair_rows.native_kernels.cache_clear()
+    yield
+    pair_rows.native_kernels.cache_clear()
+
+
+def _built() -> Any:
+    if pair_rows._native is None:
+        pytest.skip("leap was installed without its compiled kernels")
+    return pair_rows._native
+
+
+def test_the_kernels_are_built_and_serve_where_a_c_compiler_is(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: the install leaves the kernels out")
+    monkeypatch.delenv(pair_rows.NATIVE_ENV, raising=False)
+    assert pair_rows._native is not None, "pip install -e . should have built them"
+    assert pair_rows.native_kernels() is pair_rows._native
+
+
+def _maybe(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.none(), values)
+
+
+_JOB = st.fixed_dictionaries({
+    "trainer_count": _maybe(st.integers(-1, 64)),
+    "devices_per_trainer": _maybe(st.integers(0, 16)),
+    "batch_size": _maybe(st.integers(0, 8192)),
+    "flops_per_sample": _maybe(st.sampled_from([0.0, 1e6, 3.3e9, 6e11, 2.5e14])),
+    "num_params": _maybe(st.floats(1e3, 1e12)),
+    "tensor_parallel": _maybe(st.integers(0, 8)),
+    "pipeline_parallel": _maybe(st.integers(1, 4)),
+    "embedding_params": _maybe(st.sampled_from([0.0, 1e6, 5e8])),
+    "hidden_dim": _maybe(st.integers(0, 16384)),
+    "seq_len": _maybe(st.integers(0, 32768)),
+    "num_layers": _maybe(st.integers(1, 96)),
+    "precision": _maybe(st.sampled_from([*PRECISIONS, "int8"])),
+    "model_category": _maybe(st.sampled_from(["language", "vision", "speech"])),
+})
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs=st.lists(_JOB, min_size=1, max_size=4), data=st.data())
+def test_compiled_rows_equal_the_numpy_rows(jobs: list[dict[str, Any]],
+                                            data: st.DataObject) -> None:
+    """Every feature of every row, missing and odd values included (a zero batch, no FLOPs,
+    a trainer count of -1, an unknown precision), on every default type."""
+    native = _built()
+    pair_rows.native_kernels()  # sets the physics constants, as first use does
+    hardware = data.draw(st.lists(st.sampled_from(TYPES), min_size=len(jobs),
+                                  max_size=len(jobs)))
+    cols = Columns.concat([Columns.from_request({"family_id": f"f{i}", **job}, [hw])
+                           for i, (job, hw) in enumerate(zip(jobs, hardware, strict=True))])
+    n = data.draw(st.integers(1, 12))
+    job = np.asarray(data.draw(st.lists(st.integers(0, len(jobs) - 1), min_size=n,
+                                        max_size=n)))
+    hw_a = np.array(data.draw(st.lists(st.sampled_from(TYPES), min_size=n, max_size=n)),
+                    dtype=object)
+    hw_b = np.array(data.draw(st.lists(st.sampled_from(TYPES), min_size=n, max_size=n)),
+                    dtype=object)
+    part = st.sampled_from([-1.0, np.nan, 1.0, 2.0, 8.0, 64.0, 1024.0])
+    shapes = np.array(data.draw(st.lists(st.tuples(part, part, part), min_size=n,
+                                         max_size=n)))
+    for want, got in (
+            (pair_rows._pair_matrix(cols, hw_a, hw_b, CAT, VOCAB, job, None),
+             pair_rows._pair_matrix(cols, hw_a, hw_b, CAT, VOCAB, job, native)),
+            (pair_rows._shape_matrix(cols, shapes, CAT, VOCAB, job, None),
+             pair_rows._shape_matrix(cols, shapes, CAT, VOCAB, job, native))):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_the_numpy_code_serves_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(pair_rows.NATIVE_ENV, "0")
+    assert pair_rows.native_kernels() is None
+
+
+def test_kernels_laid_out_for_another_leap_never_serve(monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture
+                                                      ) -> None:
+    native = _built()
+    monkeypatch.delenv(pair_rows.NATIVE_ENV, raising=False)
+    other = SimpleNamespace(**{k: getattr(native, k) for k in dir(native)
+                               if not k.startswith("__")})
+    other.PAIR_FEATURES = native.PAIR_FEATURES[1:]
+    monkeypatch.setattr(pair_rows, "_native", other)
+    with caplog.at_level(logging.WARNING, "leap.features"):
+        assert pair_rows.native_kernels() is None
+    assert "laid out for another leap" in caplog.text
+
+
+def test_kernels_that_disagree_on_the_probe_never_serve(monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    """As a build with unsafe math flags would: every NaN check dropped."""
+    native = _built()
+    monkeypatch.delenv(pair_rows.NATIVE_ENV, raising=False)
+    other = SimpleNamespace(**{k: getattr(native, k) for k in dir(native)
+                               if not k.startswith("__")})
+
+    def no_nan(*args: Any) -> None:
+        native.pair_rows(*args)
+        np.nan_to_num(args[-1], copy=False)
+
+    other.pair_rows = no_nan
+    monkeypatch.setattr(pair_rows, "_native", other)
+    with caplog.at_level(logging.WARNING, "leap.features"):
+        assert pair_rows.native_kernels() is None
+    assert "disagree with NumPy" in caplog.text
