@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import leap.serve.app as app_module
 from conftest import SERVER_STOP_S
 from leap.config import Workspace
+from leap.features.pair_rows import native_kernels
 from leap.model.artifact import Registry
 from leap.rank.decisions import decisions_path, read_decisions
 from leap.rank.ranker import Ranker
@@ -251,6 +252,7 @@ def test_health_and_model_info(http: httpx.Client, ranker: Ranker) -> None:  # n
     assert info.window_start and info.window_end and info.as_of
     assert "train_rows" in info.metrics
     assert "H100-SXM" in info.hardware
+    assert info.pair_rows == ("compiled" if native_kernels() is not None else "numpy")
 
 
 def _metrics(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -273,6 +273,9 @@ class ModelInfo(BaseModel):
     loaded_at: str | None = None
     scoring: str | None = Field(default=None, description="How the boosters are scored: 'compiled' "
                                 "(native code, checked equal to LightGBM) or 'lightgbm: <why>'.")
+    pair_rows: str | None = Field(default=None, description="How a request's pair-model rows "
+                                  "are computed: 'compiled' (leap.features._native, checked "
+                                  "equal to NumPy) or 'numpy'.")
     metrics: dict[str, Any] = Field(default_factory=dict)
     catalog_fingerprint: str | None = None
     hardware: list[str] = Field(default_factory=list)
