@@ -105,35 +105,37 @@ def test_the_numpy_code_serves_when_asked(monkeypatch: pytest.MonkeyPatch) -> No
     assert pair_rows.native_kernels() is None
 
 
-def test_kernels_laid_out_for_another_leap_never_serve(monkeypatch: pytest.MonkeyPatch,
-                                                      caplog: pytest.LogCaptureFixture
-                                                      ) -> None:
+@pytest.fixture
+def other(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """A copy of the built kernels that the test may change, installed as leap's own."""
     native = _built()
     monkeypatch.delenv(pair_rows.NATIVE_ENV, raising=False)
-    other = SimpleNamespace(**{k: getattr(native, k) for k in dir(native)
-                               if not k.startswith("__")})
-    other.PAIR_FEATURES = native.PAIR_FEATURES[1:]
-    monkeypatch.setattr(pair_rows, "_native", other)
+    copy = SimpleNamespace(**{k: getattr(native, k) for k in dir(native)
+                              if not k.startswith("__")})
+    monkeypatch.setattr(pair_rows, "_native", copy)
+    return copy
+
+
+def test_kernels_laid_out_for_another_leap_never_serve(other: SimpleNamespace,
+                                                      caplog: pytest.LogCaptureFixture
+                                                      ) -> None:
+    other.PAIR_FEATURES = other.PAIR_FEATURES[1:]
     with caplog.at_level(logging.WARNING, "leap.features"):
         assert pair_rows.native_kernels() is None
     assert "laid out for another leap" in caplog.text
 
 
-def test_kernels_that_disagree_on_the_probe_never_serve(monkeypatch: pytest.MonkeyPatch,
+def test_kernels_that_disagree_on_the_probe_never_serve(other: SimpleNamespace,
                                                        caplog: pytest.LogCaptureFixture
                                                        ) -> None:
     """As a build with unsafe math flags would: every NaN check dropped."""
-    native = _built()
-    monkeypatch.delenv(pair_rows.NATIVE_ENV, raising=False)
-    other = SimpleNamespace(**{k: getattr(native, k) for k in dir(native)
-                               if not k.startswith("__")})
+    built = other.pair_rows
 
     def no_nan(*args: Any) -> None:
-        native.pair_rows(*args)
+        built(*args)
         np.nan_to_num(args[-1], copy=False)
 
     other.pair_rows = no_nan
-    monkeypatch.setattr(pair_rows, "_native", other)
     with caplog.at_level(logging.WARNING, "leap.features"):
         assert pair_rows.native_kernels() is None
     assert "disagree with NumPy" in caplog.text

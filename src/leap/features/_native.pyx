@@ -162,6 +162,15 @@ cdef inline Phys physics(double tc, double dpt, double bs, const double* j, int 
     return p
 
 
+cdef inline void job_logs(double* o, const double* j) noexcept nogil:
+    """The log of the job's size columns both matrices read, in their (shared) order."""
+    o[0] = log(j[PARAMS])
+    o[1] = log(j[FLOPS])
+    o[2] = log(j[EMB])
+    o[3] = log(j[HID])
+    o[4] = log(j[SEQ])
+
+
 cdef inline void finish(double[:, ::1] out, Py_ssize_t i) noexcept nogil:
     """Every non-finite value of row ``i`` is NaN (what the matrices hold for missing)."""
     cdef Py_ssize_t k
@@ -217,11 +226,7 @@ def pair_rows(const double[:, ::1] job, const Py_ssize_t[::1] kind,
             o[22] = log(sa[S_HOST])
             o[23] = log(j[TC])
             o[24] = log(j[BS])
-            o[25] = log(j[PARAMS])
-            o[26] = log(j[FLOPS])
-            o[27] = log(j[EMB])
-            o[28] = log(j[HID])
-            o[29] = log(j[SEQ])
+            job_logs(&o[25], j)
             o[30] = j[DPT]
             o[31] = j[TP]
             o[32] = j[PP]
@@ -295,11 +300,7 @@ def shape_rows(const double[:, ::1] job, const Py_ssize_t[::1] kind,
             o[28] = log(s[S_INTER])
             o[29] = log(s[S_MEM])
             o[30] = log(s[S_HOST])
-            o[31] = log(j[PARAMS])
-            o[32] = log(j[FLOPS])
-            o[33] = log(j[EMB])
-            o[34] = log(j[HID])
-            o[35] = log(j[SEQ])
+            job_logs(&o[31], j)
             o[36] = j[TP]
             o[37] = j[PP]
             o[38] = j[LAYERS]
