@@ -70,3 +70,28 @@ def test_stack_of_many_rows_is_the_column_stack() -> None:
     np.testing.assert_array_equal(got, want)
     few = stack({c: v if np.ndim(v) == 0 else v[:5] for c, v in cols.items()}, names, 5)
     np.testing.assert_array_equal(few, want[:5])
+
+
+@settings(max_examples=40, deadline=None)
+@given(types=st.lists(st.sampled_from(["T4", "L4", "A10", "H100-SXM"]), min_size=1,
+                      max_size=12),
+       rows=st.lists(st.integers(0, 11), max_size=20))
+def test_codes_of_one_jobs_rows_are_those_of_any_rows(types: list[str], rows: list[int]) -> None:
+    """A request's rows (one job on each type) take a shortcut through `codes`: it must number
+    them as the general path numbers the same rows, after `take` and `with_hardware` too."""
+    job = {"family_id": "f", "trainer_count": 2, "batch_size": 64, "precision": "bf16"}
+    one = Columns.from_request(job, types)
+    frame = pd.DataFrame([{**job, "hardware": t} for t in types])
+    general = Columns.from_frame(frame)
+    taken = [r for r in rows if r < len(types)]
+    names = ["family_id", "trainer_count", "hardware", "seq_len"]
+    for a, b in ((one, general), (one.take(np.array(taken, dtype=np.int64)),
+                                  general.take(np.array(taken, dtype=np.int64))),
+                 (one.with_hardware(np.array(types[::-1], dtype=object)),
+                  general.with_hardware(np.array(types[::-1], dtype=object)))):
+        for cols in (names, names[:2]):
+            got, want = a.codes(cols), b.codes(cols)
+            assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    # Rows whose job columns were replaced are no longer one job's.
+    moved = one.replace({"batch_size": np.arange(len(types)) + 1})
+    assert moved.codes(["batch_size"])[0].tolist() == list(range(len(types)))
