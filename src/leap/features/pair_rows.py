@@ -372,7 +372,7 @@ def _probe(native: ModuleType | None) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _job_inputs(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The job inputs of the compiled kernels: numbers, peak kind, vocabulary codes."""
     precision = jobs.obj("precision")
     return (np.column_stack([jobs.num(c) for c in native.JOB_COLUMNS]),
@@ -382,7 +382,7 @@ def _job_inputs(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
 
 
 def _type_inputs(names: np.ndarray, catalog: Catalog, vocab: dict[str, list[str]]
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """The type inputs of the compiled kernels: spec rows and vendor codes of ``names``."""
     pos = vocab_positions(vocab["vendor"])
     return (catalog.spec_matrix(names),
