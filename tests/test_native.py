@@ -100,6 +100,25 @@ def test_compiled_rows_equal_the_numpy_rows(jobs: list[dict[str, Any]],
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), n_rows=st.integers(1, 8))
+def test_compiled_row_medians_equal_the_numpy_ones(data: st.DataObject, n_rows: int) -> None:
+    """Rows in any order, NaN and infinite estimates left out, ties and signed zeros."""
+    native = _built()
+    m = data.draw(st.integers(0, 30))
+    r = np.array(data.draw(st.lists(st.integers(0, n_rows - 1), min_size=m, max_size=m)),
+                 dtype=np.intp)
+    value = st.one_of(st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 1.0]),
+                      st.floats(-5.0, 5.0))
+    est = np.array(data.draw(st.lists(value, min_size=m, max_size=m)), dtype=np.float64)
+    has, med, sd = pair_rows._row_median(r, est, n_rows)
+    n, got_med, got_sd = np.zeros(n_rows, np.intp), np.empty(n_rows), np.empty(n_rows)
+    native.row_median(r, est, n, got_med, got_sd)
+    np.testing.assert_array_equal(n > 0, has)
+    np.testing.assert_allclose(got_med, med, rtol=1e-12, atol=1e-12, equal_nan=True)
+    np.testing.assert_allclose(got_sd, sd, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
 def test_the_numpy_code_serves_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(pair_rows.NATIVE_ENV, "0")
     assert pair_rows.native_kernels() is None

@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
 """The pair model's rows of a few jobs, compiled: :func:`leap.features.pair_rows.pair_matrix`
-and :func:`~leap.features.pair_rows.shape_matrix` for the rows of one launch-time request.
+and :func:`~leap.features.pair_rows.shape_matrix` for the rows of one launch-time request, and
+:func:`~leap.features.pair_rows.row_median` of the few estimates a request's rows read.
 
 The NumPy code in :mod:`leap.features.pair_rows` and :mod:`leap.features.physics` is the
 definition: these loops compute the same values, operation for operation, in one pass over a
@@ -17,7 +18,8 @@ each job's peak FLOP/s kind (:data:`leap.features.physics.PEAK_KIND`); ``precisi
 matrix; ``vendor``, each type's vocabulary code.
 """
 
-from libc.math cimport NAN, fmax, isfinite, log
+from libc.math cimport NAN, fmax, isfinite, log, sqrt
+from libc.stdlib cimport free, malloc
 
 #: Job columns of the ``job`` matrix, in order.
 JOB_COLUMNS = ("trainer_count", "devices_per_trainer", "batch_size", "flops_per_sample",
@@ -311,3 +313,65 @@ def shape_rows(const double[:, ::1] job, const Py_ssize_t[::1] kind,
             o[44], o[45] = a.mem_step, b.mem_step
             o[46] = b.ridge
             finish(out, i)
+
+
+
+def row_median(const Py_ssize_t[::1] r, const double[::1] est, Py_ssize_t[::1] n,
+               double[::1] med, double[::1] sd):
+    """:func:`leap.features.pair_rows.row_median`: of each row (``n``, ``med`` and ``sd`` have
+    one entry per row; ``n`` zeroed), how many finite estimates it has, their median and
+    their spread. Sums run in the estimates' order, as ``np.bincount``'s do; each row's
+    values are sorted stably, as ``np.lexsort`` sorts them."""
+    cdef Py_ssize_t m = r.shape[0], rows = n.shape[0], i, g, k, c, s
+    cdef double d, v
+    cdef double* total = <double*>malloc((3 * rows + 1) * sizeof(double))
+    cdef Py_ssize_t* fill = <Py_ssize_t*>malloc((rows + 1) * sizeof(Py_ssize_t))
+    cdef double* buf = <double*>malloc((m + 1) * sizeof(double))
+    cdef double* square = total + rows
+    cdef double* mean = total + 2 * rows
+    if total == NULL or fill == NULL or buf == NULL:
+        free(total)
+        free(fill)
+        free(buf)
+        raise MemoryError()
+    with nogil:
+        for g in range(rows):
+            total[g] = 0.0
+            square[g] = 0.0
+        for i in range(m):
+            if isfinite(est[i]):
+                n[r[i]] += 1
+                total[r[i]] += est[i]
+        s = 0
+        for g in range(rows):
+            mean[g] = total[g] / (n[g] if n[g] > 1 else 1)
+            fill[g] = s  # where the row's values start in buf
+            s += n[g]
+        # Each row's values in the estimates' order, and their squared deviations.
+        for i in range(m):
+            if isfinite(est[i]):
+                g = r[i]
+                d = est[i] - mean[g]
+                square[g] += d * d
+                buf[fill[g]] = est[i]
+                fill[g] += 1
+        s = 0
+        for g in range(rows):
+            c = n[g]
+            if c == 0:
+                med[g] = NAN
+                sd[g] = NAN
+                continue
+            for i in range(s + 1, s + c):  # insertion sort: stable, a few values a row
+                v = buf[i]
+                k = i - 1
+                while k >= s and buf[k] > v:
+                    buf[k + 1] = buf[k]
+                    k -= 1
+                buf[k + 1] = v
+            med[g] = 0.5 * (buf[s + (c - 1) // 2] + buf[s + c // 2])
+            sd[g] = sqrt(square[g] / c)
+            s += c
+    free(total)
+    free(fill)
+    free(buf)

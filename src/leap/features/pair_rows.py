@@ -348,9 +348,10 @@ def native_kernels() -> ModuleType | None:
     return _native
 
 
-def _probe(native: ModuleType | None) -> tuple[np.ndarray, np.ndarray]:
+def _probe(native: ModuleType | None) -> tuple[np.ndarray, ...]:
     """Pair and shape rows of a few jobs on the default catalog's types, by ``native`` (None:
-    NumPy): every precision, shapes with parts missing, a job without FLOPs."""
+    NumPy): every precision, shapes with parts missing, a job without FLOPs; and the median
+    and spread of each pair row's finite features."""
     catalog = Catalog.default()
     names = np.array(list(catalog), dtype=object)
     k = len(names)
@@ -365,10 +366,19 @@ def _probe(native: ModuleType | None) -> tuple[np.ndarray, np.ndarray]:
              "precision": ["bf16", "fp16", "fp32"], "model_category": ["llm"]}
     job = np.repeat(np.arange(len(jobs)), k)
     shapes = np.array([[2.0, 8.0, 64.0], [-1.0, 4.0, np.nan], [1.0, 1.0, 8.0]])
-    return (_pair_matrix(jobs, names[np.tile(np.arange(k), len(jobs))],
+    pairs = _pair_matrix(jobs, names[np.tile(np.arange(k), len(jobs))],
                          names[np.tile(np.arange(k)[::-1], len(jobs))], catalog, vocab, job,
-                         native),
-            _shape_matrix(jobs, shapes[job % 3], catalog, vocab, job, native))
+                         native)
+    rows = np.repeat(np.arange(len(pairs)), pairs.shape[1])
+    if native is None:
+        has, med, sd = _row_median(rows, pairs.ravel(), len(pairs) + 1)
+    else:
+        n, med, sd = np.zeros(len(pairs) + 1, np.intp), np.empty(len(pairs) + 1), \
+            np.empty(len(pairs) + 1)
+        native.row_median(rows.astype(np.intp), pairs.ravel(), n, med, sd)
+        has = n > 0
+    return (pairs, _shape_matrix(jobs, shapes[job % 3], catalog, vocab, job, native),
+            has.astype(np.float64), med, sd)
 
 
 def _job_inputs(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
@@ -534,7 +544,22 @@ def row_median(r: np.ndarray, est: np.ndarray, n_rows: int
     >>> has, med, sd = row_median(np.array([0, 0, 0, 2]), np.array([3., 1., np.nan, 5.]), 3)
     >>> has.tolist(), med.tolist(), sd.tolist()
     ([True, False, True], [2.0, nan, 5.0], [1.0, nan, 0.0])
+
+    A request's few estimates go through the compiled kernel where it is built
+    (:func:`native_kernels`), which computes the same values in one pass.
     """
+    if len(r) <= SMALL and (native := native_kernels()) is not None:
+        n = np.zeros(n_rows, dtype=np.intp)
+        med, sd = np.empty(n_rows), np.empty(n_rows)
+        native.row_median(np.ascontiguousarray(r, dtype=np.intp),
+                          np.ascontiguousarray(est, dtype=np.float64), n, med, sd)
+        return n > 0, med, sd
+    return _row_median(r, est, n_rows)
+
+
+def _row_median(r: np.ndarray, est: np.ndarray, n_rows: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`row_median` by NumPy (the definition)."""
     ok = np.isfinite(est)
     r, est = r[ok], est[ok]
     n = np.bincount(r, minlength=n_rows)
