@@ -111,7 +111,7 @@ def test_compiled_row_medians_equal_the_numpy_ones(data: st.DataObject, n_rows: 
     value = st.one_of(st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 1.0]),
                       st.floats(-5.0, 5.0))
     est = np.array(data.draw(st.lists(value, min_size=m, max_size=m)), dtype=np.float64)
-    has, med, sd = pair_rows._row_median(r, est, n_rows)
+    has, med, sd = pair_rows._row_median(r, est, n_rows, None)
     n, got_med, got_sd = np.zeros(n_rows, np.intp), np.empty(n_rows), np.empty(n_rows)
     native.row_median(r, est, n, got_med, got_sd)
     np.testing.assert_array_equal(n > 0, has)

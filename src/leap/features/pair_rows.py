@@ -327,10 +327,11 @@ NATIVE_ENV = "LEAP_NATIVE"
 
 @functools.cache
 def native_kernels() -> ModuleType | None:
-    """The compiled kernels of a request's pair and shape rows (:mod:`leap.features._native`),
-    or None where the install built none, ``LEAP_NATIVE=0`` is set, or they disagree with
-    the NumPy code: laid out otherwise, or off by more than 1e-12 on :func:`_probe` (a
-    compiler flag such as ``-ffast-math`` drops NaN checks). Checked once per process."""
+    """The compiled kernels of a request's pair and shape rows and row medians
+    (:mod:`leap.features._native`), or None where the install built none, ``LEAP_NATIVE=0``
+    is set, or they disagree with the NumPy code: laid out otherwise, or off by more than
+    1e-12 on :func:`_probe` (a compiler flag such as ``-ffast-math`` drops NaN checks).
+    Checked once per process."""
     if _native is None or os.environ.get(NATIVE_ENV, "1") == "0":
         return None
     if (_native.PAIR_FEATURES, _native.SHAPE_FEATURES, _native.SPEC_COLUMNS) != (
@@ -370,13 +371,7 @@ def _probe(native: ModuleType | None) -> tuple[np.ndarray, ...]:
                          names[np.tile(np.arange(k)[::-1], len(jobs))], catalog, vocab, job,
                          native)
     rows = np.repeat(np.arange(len(pairs)), pairs.shape[1])
-    if native is None:
-        has, med, sd = _row_median(rows, pairs.ravel(), len(pairs) + 1)
-    else:
-        n, med, sd = np.zeros(len(pairs) + 1, np.intp), np.empty(len(pairs) + 1), \
-            np.empty(len(pairs) + 1)
-        native.row_median(rows.astype(np.intp), pairs.ravel(), n, med, sd)
-        has = n > 0
+    has, med, sd = _row_median(rows, pairs.ravel(), len(pairs) + 1, native)
     return (pairs, _shape_matrix(jobs, shapes[job % 3], catalog, vocab, job, native),
             has.astype(np.float64), med, sd)
 
@@ -396,8 +391,7 @@ def _type_inputs(names: np.ndarray, catalog: Catalog, vocab: dict[str, list[str]
     """The type inputs of the compiled kernels: spec rows and vendor codes of ``names``."""
     pos = vocab_positions(vocab["vendor"])
     return (catalog.spec_matrix(names),
-            np.array([pos.get(catalog[h].vendor, np.nan) if h in catalog else np.nan
-                      for h in names], dtype=np.float64))
+            np.array([pos.get(catalog[h].vendor, np.nan) for h in names], dtype=np.float64))
 
 
 def shape_training_rows(attempts: pd.DataFrame, catalog: Catalog, *,
@@ -548,18 +542,18 @@ def row_median(r: np.ndarray, est: np.ndarray, n_rows: int
     A request's few estimates go through the compiled kernel where it is built
     (:func:`native_kernels`), which computes the same values in one pass.
     """
-    if len(r) <= SMALL and (native := native_kernels()) is not None:
+    return _row_median(r, est, n_rows, native_kernels() if len(r) <= SMALL else None)
+
+
+def _row_median(r: np.ndarray, est: np.ndarray, n_rows: int, native: ModuleType | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`row_median` by the compiled kernels ``native``, or NumPy (None)."""
+    if native is not None:
         n = np.zeros(n_rows, dtype=np.intp)
         med, sd = np.empty(n_rows), np.empty(n_rows)
         native.row_median(np.ascontiguousarray(r, dtype=np.intp),
                           np.ascontiguousarray(est, dtype=np.float64), n, med, sd)
         return n > 0, med, sd
-    return _row_median(r, est, n_rows)
-
-
-def _row_median(r: np.ndarray, est: np.ndarray, n_rows: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`row_median` by NumPy (the definition)."""
     ok = np.isfinite(est)
     r, est = r[ok], est[ok]
     n = np.bincount(r, minlength=n_rows)
