@@ -1,5 +1,5 @@
-"""The compiled pair and shape rows of a request (leap.features._native) against their
-definition, the NumPy code of leap.features.pair_rows."""
+"""The compiled kernels of a request's encode (leap.features._native) against their
+definition, the NumPy code of leap.features.pair_rows and leap.features.transfer."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from leap.catalog import Catalog
 from leap.data.schema import PRECISIONS
-from leap.features import pair_rows
+from leap.features import pair_rows, transfer
 from leap.features.columns import Columns
 
 CAT = Catalog.default()
@@ -29,8 +29,10 @@ VOCAB = {"vendor": sorted({CAT[n].vendor for n in CAT}), "precision": list(PRECI
 def _fresh_check() -> Iterator[None]:
     """Each test decides afresh whether the kernels serve (the check is cached per process)."""
     pair_rows.native_kernels.cache_clear()
+    transfer._transfer_kernel.cache_clear()
     yield
     pair_rows.native_kernels.cache_clear()
+    transfer._transfer_kernel.cache_clear()
 
 
 def _built() -> Any:
@@ -46,6 +48,7 @@ def test_the_kernels_are_built_and_serve_where_a_c_compiler_is(
     monkeypatch.delenv(pair_rows.NATIVE_ENV, raising=False)
     assert pair_rows._native is not None, "pip install -e . should have built them"
     assert pair_rows.native_kernels() is pair_rows._native
+    assert transfer._transfer_kernel() is pair_rows._native
 
 
 def _maybe(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -119,9 +122,29 @@ def test_compiled_row_medians_equal_the_numpy_ones(data: st.DataObject, n_rows: 
     np.testing.assert_allclose(got_sd, sd, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(1, 40), types=st.integers(1, 30),
+       pick=st.booleans(), spec_rule=st.booleans())
+def test_compiled_transfer_features_equal_the_numpy_ones(seed: int, m: int, types: int,
+                                                         pick: bool, spec_rule: bool) -> None:
+    """Families that ran on none, one or most types, keys found or not, targets nobody ran
+    on, ties in spec distance, types without specs; the features and the types chosen."""
+    native = _built()
+    x = transfer._probe_inputs(np.random.default_rng(seed), m, types, pick=pick,
+                               spec_rule=spec_rule)
+    want, got = transfer._core(x, None), transfer._core(x, native)
+    assert transfer._same_core(want, got)
+    assert got.features.shape == (len(transfer.CORE_FEATURES), m)
+    if pick:  # only a type nobody ran on reads its twins, or its vendor's nearest alone
+        assert got.pair_use is not None and got.local is not None
+        assert (got.pair_use[~x.virt].sum(axis=1) <= transfer.PAIR_NEAREST).all()
+        assert not got.local[~x.virt].any()
+
+
 def test_the_numpy_code_serves_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(pair_rows.NATIVE_ENV, "0")
     assert pair_rows.native_kernels() is None
+    assert transfer._transfer_kernel() is None
 
 
 @pytest.fixture
@@ -158,3 +181,28 @@ def test_kernels_that_disagree_on_the_probe_never_serve(other: SimpleNamespace,
     with caplog.at_level(logging.WARNING, "leap.features"):
         assert pair_rows.native_kernels() is None
     assert "disagree with NumPy" in caplog.text
+
+
+def test_a_transfer_kernel_laid_out_for_another_leap_never_serves(
+        other: SimpleNamespace, caplog: pytest.LogCaptureFixture) -> None:
+    other.TRANSFER_LEVELS = other.TRANSFER_LEVELS[::-1]
+    with caplog.at_level(logging.WARNING, "leap.features"):
+        assert transfer._transfer_kernel() is None
+    assert "transfer features are laid out for another leap" in caplog.text
+    assert pair_rows.native_kernels() is other  # the other kernels still serve
+
+
+def test_a_transfer_kernel_that_disagrees_on_the_probe_never_serves(
+        other: SimpleNamespace, caplog: pytest.LogCaptureFixture) -> None:
+    """One type fewer chosen for the pair estimate is a disagreement too."""
+    built = other.transfer_rows
+
+    def drop_one(*args: Any) -> None:
+        built(*args)
+        use = args[-4]
+        use[np.flatnonzero(use.any(axis=1))[:1]] = False
+
+    other.transfer_rows = drop_one
+    with caplog.at_level(logging.WARNING, "leap.features"):
+        assert transfer._transfer_kernel() is None
+    assert "transfer features disagree with NumPy" in caplog.text

@@ -6,6 +6,8 @@ JOB_COLUMNS: tuple[str, ...]
 SPEC_COLUMNS: tuple[str, ...]
 PAIR_FEATURES: tuple[str, ...]
 SHAPE_FEATURES: tuple[str, ...]
+CORE_FEATURES: tuple[str, ...]
+TRANSFER_LEVELS: tuple[str, ...]
 
 def set_constants(train_bytes_per_param: float, allreduce_bytes_per_param: float,
                   activation_bytes_per_unit: float) -> None: ...
@@ -17,3 +19,11 @@ def shape_rows(job: np.ndarray, kind: np.ndarray, precision: np.ndarray, categor
                a_shape: np.ndarray, out: np.ndarray) -> None: ...
 def row_median(r: np.ndarray, est: np.ndarray, n: np.ndarray, med: np.ndarray,
                sd: np.ndarray) -> None: ...
+def transfer_rows(level: np.ndarray, level_y: np.ndarray, target: np.ndarray, diff: np.ndarray,
+                  counts: np.ndarray, slope: np.ndarray, sxx: np.ndarray, slot: np.ndarray,
+                  found: np.ndarray, own: np.ndarray, specs: np.ndarray, t: np.ndarray,
+                  phys_b: np.ndarray, virt: np.ndarray, phys_a: np.ndarray, share: float,
+                  vendors: np.ndarray, t_vendor: np.ndarray, radius: float, pick: bool,
+                  shrink: tuple[float, float, float], choose: tuple[int, int],
+                  features: np.ndarray, level_s: np.ndarray, use: np.ndarray,
+                  pair_use: np.ndarray, local: np.ndarray, spec_move: np.ndarray) -> None: ...

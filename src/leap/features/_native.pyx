@@ -18,7 +18,7 @@ each job's peak FLOP/s kind (:data:`leap.features.physics.PEAK_KIND`); ``precisi
 matrix; ``vendor``, each type's vocabulary code.
 """
 
-from libc.math cimport NAN, fmax, isfinite, log, sqrt
+from libc.math cimport INFINITY, NAN, fabs, fmax, isfinite, isnan, log, log1p, sqrt
 from libc.stdlib cimport free, malloc
 
 #: Job columns of the ``job`` matrix, in order.
@@ -29,6 +29,13 @@ JOB_COLUMNS = ("trainer_count", "devices_per_trainer", "batch_size", "flops_per_
 SPEC_COLUMNS = ("year", "devices_per_host", "peak_bf16_tflops", "peak_fp32_tflops",
                 "memory_gb", "mem_bw_gb_per_s", "intra_node_bw_gb_per_s",
                 "inter_node_bw_gbit_per_s", "cost_per_device_hour", "bf16_native")
+#: The features :func:`transfer_rows` writes, one row each, in order
+#: (:data:`leap.features.transfer.CORE_FEATURES`).
+CORE_FEATURES = ("xfer_g_r", "xfer_gamma", "xfer_d_r", "xfer_r", "xfer_n_types", "xfer_pair_n",
+                 "xfer_sd", "xfer_dist")
+#: The transfer levels whose slots ``slot`` holds, in order
+#: (:data:`leap.features.transfer.TRANSFER_LEVELS`).
+TRANSFER_LEVELS = ("all", "cat", "mt")
 #: The columns :func:`pair_rows` writes, in order.
 PAIR_FEATURES = (
     "d_log_phys_sps", "d_log_compute_sps", "d_log_weight_stream_sps", "a_comm_to_compute",
@@ -375,3 +382,210 @@ def row_median(const Py_ssize_t[::1] r, const double[::1] est, Py_ssize_t[::1] n
     free(total)
     free(fill)
     free(buf)
+
+
+cdef double pairwise(const double* a, Py_ssize_t n) noexcept nogil:
+    """NumPy's pairwise summation of ``n`` contiguous values (its ``add.reduce`` of a row):
+    eight running sums in blocks of up to 128 values, halves beyond."""
+    cdef Py_ssize_t i, half
+    cdef double res
+    cdef double r[8]
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    if n <= 128:
+        for i in range(8):
+            r[i] = a[i]
+        i = 8
+        while i < n - n % 8:
+            r[0] += a[i]
+            r[1] += a[i + 1]
+            r[2] += a[i + 2]
+            r[3] += a[i + 3]
+            r[4] += a[i + 4]
+            r[5] += a[i + 5]
+            r[6] += a[i + 6]
+            r[7] += a[i + 7]
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            res += a[i]
+            i += 1
+        return res
+    half = n // 2
+    half -= half % 8
+    return pairwise(a, half) + pairwise(a + half, n - half)
+
+
+cdef inline double row_sum(const double* a, Py_ssize_t n) noexcept nogil:
+    """``a[:n].sum()`` as NumPy sums a row: from its identity, 0.0."""
+    return 0.0 + pairwise(a, n)
+
+
+cdef inline double nan_as(double x, double fill) noexcept nogil:
+    return fill if isnan(x) else x
+
+
+def transfer_rows(const double[:, ::1] level, const double[:, ::1] level_y,
+                  const Py_ssize_t[::1] target, const double[:, :, ::1] diff,
+                  const double[:, :, ::1] counts, const double[::1] slope,
+                  const double[::1] sxx, const Py_ssize_t[:, ::1] slot,
+                  const unsigned char[:, ::1] found, const double[:, ::1] own,
+                  const double[:, ::1] specs, const double[:, ::1] t,
+                  const double[::1] phys_b, const unsigned char[::1] virt,
+                  const double[:, ::1] phys_a, double share, const Py_ssize_t[::1] vendors,
+                  const Py_ssize_t[::1] t_vendor, double radius, bint pick, tuple shrink,
+                  tuple choose, double[:, ::1] features, double[:, ::1] level_s,
+                  unsigned char[:, ::1] use, unsigned char[:, ::1] pair_use,
+                  unsigned char[::1] local, double[:, ::1] spec_move):
+    """:func:`leap.features.transfer._core`: the same inputs (``found``, ``virt`` and the
+    outputs ``use``, ``pair_use`` and ``local`` as bytes; ``phys_a`` and ``spec_move`` with
+    no rows without a spec rule; ``shrink``: SHRINK_GAIN, SHRINK_FAMILIES, BLEND_FAMILIES;
+    ``choose``: PAIR_NEAREST, LOCAL_MIN_TYPES), the same values. Row sums add as NumPy's
+    pairwise ``sum`` does; the nearest types are chosen as its stable ``argsort`` orders them.
+    """
+    cdef Py_ssize_t m = level.shape[0], h = level.shape[1], n_levels = slot.shape[0]
+    cdef Py_ssize_t virtual = h - 1, i, a, j, q, kk, b, best, n_seen, n_same
+    cdef double shrink_gain = shrink[0], shrink_families = shrink[1], blend = shrink[2]
+    cdef Py_ssize_t nearest = choose[0], local_min = choose[1]
+    cdef bint spec = phys_a.shape[0] > 0, row_spec, any_same, any_twin
+    cdef double gamma, okf, g_sxx, dd, nn, wsum, mean, var, g_r, pair_n, lam, dmin, v
+    cdef double* buf = <double*>malloc((9 * h + 1) * sizeof(double))
+    cdef unsigned char* flags = <unsigned char*>malloc((5 * h + 1) * sizeof(unsigned char))
+    if buf == NULL or flags == NULL:
+        free(buf)
+        free(flags)
+        raise MemoryError()
+    cdef double* d_prev = buf
+    cdef double* n_mt = buf + h
+    cdef double* n_all = buf + 2 * h
+    cdef double* w = buf + 3 * h
+    cdef double* est = buf + 4 * h
+    cdef double* est0 = buf + 5 * h
+    cdef double* term = buf + 6 * h
+    cdef double* dist = buf + 7 * h
+    cdef double* value = buf + 8 * h
+    cdef unsigned char* seen = flags
+    cdef unsigned char* same = flags + h
+    cdef unsigned char* prefer = flags + 2 * h
+    cdef unsigned char* chosen = flags + 3 * h
+    cdef unsigned char* twin = flags + 4 * h
+    with nogil:
+        for i in range(m):
+            b = target[i]
+            gamma = 1.0
+            for a in range(h):
+                seen[a] = isfinite(level[i, a])
+                d_prev[a] = 0.0
+                n_mt[a] = 0.0
+                n_all[a] = 0.0
+            for j in range(n_levels):
+                kk = slot[j, i]
+                okf = 1.0 if found[j, i] else 0.0
+                g_sxx = sxx[kk] if found[j, i] else 0.0
+                gamma = (g_sxx * slope[kk] + shrink_gain * gamma) / (g_sxx + shrink_gain)
+                for a in range(h):
+                    dd = diff[kk, a, b] * okf
+                    nn = counts[kk, a, b] * okf
+                    d_prev[a] = (nn * dd + shrink_families * d_prev[a]) / (nn + shrink_families)
+                    if j == 0:
+                        n_all[a] = nn
+                    elif j == 2:
+                        n_mt[a] = nn
+            if b == virtual:
+                gamma = 1.0
+            row_spec = spec and virt[i]
+            n_seen = 0
+            for a in range(h):
+                level_s[i, a] = own[i, a] if isfinite(own[i, a]) else level[i, a]
+                est[a] = level_s[i, a] + d_prev[a]
+                if row_spec:
+                    spec_move[i, a] = (1.0 - share) * ((t[i, 1] - specs[a, 1])
+                                                       - (phys_b[i] - phys_a[i, a]))
+                    est[a] = level_s[i, a] + spec_move[i, a]
+                w[a] = log1p(n_mt[a]) + 0.25 * log1p(n_all[a]) + 0.1 if seen[a] else 0.0
+                est0[a] = est[a] if seen[a] else 0.0
+                dist[a] = fabs(specs[a, 0] - t[i, 0]) + fabs(specs[a, 1] - t[i, 1])
+                n_seen += seen[a]
+            wsum = row_sum(w, h)
+            for a in range(h):
+                term[a] = w[a] * est0[a]
+            mean = row_sum(term, h) / wsum if wsum > 0 else NAN
+            for a in range(h):
+                v = est0[a] - nan_as(mean, 0.0)
+                term[a] = w[a] * (v * v)
+            var = row_sum(term, h) / wsum if wsum > 0 else NAN
+            for a in range(h):
+                if not seen[a]:
+                    term[a] = 0.0
+                elif row_spec:
+                    term[a] = w[a] * ((level_s[i, a] + spec_move[i, a]) + phys_b[i])
+                else:
+                    term[a] = w[a] * (level_y[i, a] + gamma * (phys_b[i] - (
+                        level_y[i, a] - level[i, a])))
+            g_r = (row_sum(term, h) / wsum if wsum > 0 else NAN) - phys_b[i]
+            for a in range(h):
+                term[a] = n_mt[a] if seen[a] else 0.0
+            pair_n = row_sum(term, h)
+            lam = pair_n / (pair_n + blend)
+            dmin = INFINITY
+            for a in range(h):
+                v = dist[a] if seen[a] else INFINITY
+                if isnan(v) or isnan(dmin):
+                    dmin = NAN
+                elif v < dmin:
+                    dmin = v
+            features[0, i] = g_r
+            features[1, i] = gamma
+            features[2, i] = mean
+            features[3, i] = lam * mean + (1.0 - lam) * g_r
+            features[4, i] = n_seen
+            features[5, i] = pair_n
+            features[6, i] = sqrt(var)
+            features[7, i] = dmin if wsum > 0 else NAN
+            if not pick:
+                continue
+            # Same vendor first; then the `nearest` types by (distance, column).
+            any_same = False
+            n_same = 0
+            for a in range(h):
+                same[a] = seen[a] and vendors[a] == t_vendor[i]
+                any_same = any_same or same[a]
+                n_same += same[a]
+            for a in range(h):
+                prefer[a] = same[a] if any_same else seen[a]
+                value[a] = nan_as(dist[a], 1e9) if prefer[a] else INFINITY
+                chosen[a] = False
+            for q in range(nearest):
+                best = -1
+                for a in range(h):
+                    if not chosen[a] and (best < 0 or value[a] < value[best]):
+                        best = a
+                if best < 0:
+                    break
+                chosen[best] = True
+            for a in range(h):
+                use[i, a] = prefer[a] and chosen[a]
+            if virt[i] and not isnan(radius):
+                any_twin = False
+                for a in range(h):
+                    twin[a] = prefer[a] and nan_as(dist[a], INFINITY) <= radius
+                    any_twin = any_twin or twin[a]
+                if any_twin:
+                    for a in range(h):
+                        use[i, a] = twin[a]
+            local[i] = virt[i] and n_same >= local_min
+            for a in range(h):
+                pair_use[i, a] = use[i, a]
+            if local[i]:
+                dmin = INFINITY
+                for a in range(h):
+                    value[a] = nan_as(dist[a], INFINITY) if same[a] else INFINITY
+                    if value[a] < dmin:
+                        dmin = value[a]
+                for a in range(h):
+                    use[i, a] = same[a] and value[a] == dmin
+    free(buf)
+    free(flags)

@@ -41,7 +41,7 @@ class Columns:
         self.n = n
         # Every row the same job on its own type (a request's rows, and rows taken from
         # them): rows differ in ``hardware`` alone, which :meth:`codes` reads.
-        self._one_job = one_job
+        self.one_job = one_job
         # What num() and obj() returned for a few rows, read-only: one request's encode
         # asks for about 100 columns, 40 of them again. (A block of training rows is not
         # cached: its copies would add to a night's peak.)
@@ -109,7 +109,7 @@ class Columns:
 
     def take(self, rows: np.ndarray) -> Columns:
         """The rows at positions ``rows`` (repeats allowed), every column."""
-        return Columns({c: a[rows] for c, a in self._arrays.items()}, len(rows), self._one_job)
+        return Columns({c: a[rows] for c, a in self._arrays.items()}, len(rows), self.one_job)
 
     def with_hardware(self, hardware: np.ndarray) -> Columns:
         """The same rows on the types in ``hardware`` (one per row)."""
@@ -118,7 +118,7 @@ class Columns:
     def replace(self, arrays: Mapping[str, np.ndarray]) -> Columns:
         """The same rows with the columns in ``arrays`` (one value per row) replaced."""
         return Columns({**self._arrays, **arrays}, self.n,
-                       self._one_job and set(arrays) <= {"hardware"})
+                       self.one_job and set(arrays) <= {"hardware"})
 
     def codes(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's index among the distinct combinations of the columns ``names`` (absent
@@ -128,12 +128,12 @@ class Columns:
         ...     ["a", "b", "c"])
         (array([0, 1, 0]), array([0, 1]))
         """
-        if self._one_job:  # one job's rows: only their types can differ
+        if self.one_job:  # one job's rows: only their types can differ
             names = [c for c in names if c == "hardware"]
         present = [self._arrays[c] for c in names if c in self._arrays]
         if not present:
             code = np.zeros(self.n, dtype=np.int64)
-        elif self._one_job:
+        elif self.one_job:
             code = factorize(present[0])[0]
         elif self.n <= SMALL:
             seen: dict[tuple[Any, ...], int] = {}

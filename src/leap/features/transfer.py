@@ -28,7 +28,10 @@ whose own history was masked (:meth:`leap.features.history.HistoryBuilder.snapsh
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Mapping
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +43,7 @@ from leap.features.pair_rows import (
     JOB_FEATURE_COLUMNS,
     SHAPE_NEAREST,
     log_shape,
+    native_kernels,
     ordered_pairs,
     row_mean,
     row_median,
@@ -49,6 +53,8 @@ from leap.features.pair_rows import (
 from leap.features.pairs import PairModel
 from leap.features.physics import estimates
 from leap.metrics import within_log
+
+log = logging.getLogger("leap.features")
 
 #: Families-worth of evidence at which a specific difference and its broader one weigh alike.
 SHRINK_FAMILIES = 3.0
@@ -104,14 +110,14 @@ LOCAL_MIN_TYPES = 8
 
 class _CatalogView(NamedTuple):
     """What :class:`TransferIndex` reads of a catalog: log 16-bit peak FLOP/s and log memory
-    bandwidth (``specs``, (H + 1, 2)) and vendor of each indexed type and of the virtual
-    column (NaN and "" there and for a type the catalog lacks), and both by type name (a
-    target need not be an indexed type)."""
+    bandwidth (``specs``, (H + 1, 2)) and vendor (``vendors``, a code of each vendor name) of
+    each indexed type and of the virtual column (NaN and "" there and for a type the catalog
+    lacks), and by type name (a target need not be an indexed type) its column (the virtual
+    one for a type nobody ran on), both specs and its vendor's code."""
 
     specs: np.ndarray
     vendors: np.ndarray
-    specs_by_name: dict[str, tuple[float, float]]
-    vendor_by_name: dict[str, str]
+    target: dict[str, tuple[int, float, float, int]]
 
 
 class TransferIndex:
@@ -145,20 +151,23 @@ class TransferIndex:
         # Gain slope per level key: of the physics estimate's gain from one type to another,
         # the share a job gets (1: all of it; 0: none, e.g. bound by its input pipeline).
         # The slope of d = r(B) - r(A) on the physics gain is that share minus 1.
-        self.gains: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
-        self.tables: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
+        # Every level's keys are slots of one stack (its own slots from ``first``; at least
+        # one, all zero counts, so an empty level indexes like a sparse one): per slot, the
+        # difference and count of each (A, B), the gain slope and its sum of squared gains.
+        self.slots: dict[str, tuple[dict[str, int], int]] = {}
         levels, all_keys = key_column(transfer["level"]), key_column(transfer["key"])
+        parts: list[tuple[np.ndarray, ...]] = []
+        first = 0
         for level, _ in TRANSFER_LEVELS:
             sel = levels == level
             t_keys = all_keys[sel]
             keys = sorted(set(t_keys))
-            pos = {k: i for i, k in enumerate(keys)}
-            # At least one slot, all zero counts, so an empty level indexes like a sparse one.
-            d = np.zeros((max(len(keys), 1), n_hw, n_hw))
-            n = np.zeros((max(len(keys), 1), n_hw, n_hw))
+            size = max(len(keys), 1)
+            d = np.zeros((size, n_hw, n_hw))
+            n = np.zeros((size, n_hw, n_hw))
             ki = pd.Index(keys, dtype=object).get_indexer(t_keys)
-            sxx = np.zeros(max(len(keys), 1))
-            slope = np.ones(max(len(keys), 1))
+            sxx = np.zeros(size)
+            slope = np.ones(size)
             if sel.any():
                 ai, bi = positions(hw_index, hw_a[sel]), positions(hw_index, hw_b[sel])
                 t = transfer[sel]
@@ -170,8 +179,11 @@ class TransferIndex:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     slope[at] = np.where(sxx[at] > 0, 1.0 + sums["sxy"].to_numpy() / sxx[at],
                                          1.0)
-            self.tables[level] = (pos, d, n)
-            self.gains[level] = (pos, np.clip(slope, 0.0, 1.5), sxx)
+            self.slots[level] = ({k: first + i for i, k in enumerate(keys)}, first)
+            parts.append((d, n, np.clip(slope, 0.0, 1.5), sxx))
+            first += size
+        self.diff, self.counts, self.slope, self.sxx = (np.concatenate(p) for p in zip(*parts,
+                                                                                       strict=True))
         self._catalog: tuple[int, _CatalogView] | None = None
         self._spec_rule: tuple[int, float | None] | None = None
         self._twin: tuple[int, float | None] | None = None
@@ -232,14 +244,27 @@ class TransferIndex:
         if self._catalog is None or self._catalog[0] != id(catalog):
             by_name = {h: (float(np.log(catalog[h].peak_bf16_tflops)),
                            float(np.log(catalog[h].mem_bw_gb_per_s))) for h in catalog}
-            vendor = {h: catalog[h].vendor for h in catalog}
             # The virtual column (a type nobody ran on) and a type the catalog lacks: NaN, "".
+            vendor = {h: catalog[h].vendor for h in catalog}
+            code = {v: i for i, v in enumerate(sorted({"", *vendor.values()}))}
             indexed = [*self.hardware, ""]
+            virtual = len(self.hardware)
             self._catalog = (id(catalog), _CatalogView(
                 specs=np.array([by_name.get(h, _NO_SPECS) for h in indexed]),
-                vendors=np.array([vendor.get(h, "") for h in indexed], dtype=object),
-                specs_by_name=by_name, vendor_by_name=vendor))
+                vendors=np.array([code[vendor.get(h, "")] for h in indexed], dtype=np.intp),
+                target={h: (self.hw_pos.get(h, virtual), *by_name[h], code[vendor[h]])
+                        for h in catalog}))
         return self._catalog[1]
+
+    def _targets(self, catalog: Catalog, hardware: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each row's target column (the virtual one for a type nobody ran on in the
+        window), its two specs (NaN for a type ``catalog`` lacks) and its vendor's code."""
+        target = self._view(catalog).target
+        none = (len(self.hardware), *_NO_SPECS, 0)  # vendor "": code 0, sorted first
+        rows = np.array([target.get(h, none) for h in hardware], dtype=np.float64
+                        ).reshape(-1, 4)
+        return rows[:, 0].astype(np.int64), rows[:, 1:3], rows[:, 3].astype(np.intp)
 
     def spec_rule(self, catalog: Catalog) -> float | None:
         """The share of the physics estimate's gain in the rule that carries a family's level
@@ -386,124 +411,50 @@ class TransferIndex:
                        strict=True))
         out["xfer_n_types"][:] = 0.0
         fam = self._family_pos(keys["family_id"])
-        virtual = len(self.hardware)
-        tgt = np.array([self.hw_pos.get(h, virtual) for h in hardware], dtype=np.int64) \
-            if n <= SMALL else positions(pd.Index(self.hardware, dtype=object), hardware)
-        tgt = np.where(tgt < 0, virtual, tgt)
         rows = np.flatnonzero(fam >= 0)
         if len(rows) == 0:
             return out
-        f, b = fam[rows], tgt[rows]
+        virtual = len(self.hardware)
+        b, t, t_vendor = self._targets(catalog, hardware[rows])
+        f = fam[rows]
         level = self.level[f]                      # (m, H): the family's residual per type
         level[np.arange(len(rows)), b] = np.nan    # never the target's own level
         seen = np.isfinite(level)
-        d_prev = np.zeros(level.shape)             # no evidence: the physics ratio alone
-        n_mt = n_all = np.zeros(level.shape)
-        gamma = np.ones(len(rows))
-        for name, cols in TRANSFER_LEVELS:
-            pos, d, cnt = self.tables[name]
-            texts = keys[cols[0]][rows] if len(cols) == 1 else \
-                ["/".join(parts) for parts in zip(*(keys[c][rows] for c in cols), strict=True)]
-            k = np.array([pos.get(v, -1) for v in texts], dtype=np.int64)
-            _, slope, sxx = self.gains[name]
-            g_sxx = np.where(k >= 0, sxx[np.maximum(k, 0)], 0.0)
-            gamma = (g_sxx * slope[np.maximum(k, 0)] + SHRINK_GAIN * gamma) / (g_sxx + SHRINK_GAIN)
-            ok = k >= 0
-            kk = np.where(ok, k, 0)
-            dd = d[kk, :, b] * ok[:, None]          # (m, H): difference from each A to b
-            nn = cnt[kk, :, b] * ok[:, None]
-            d_prev = (nn * dd + SHRINK_FAMILIES * d_prev) / (nn + SHRINK_FAMILIES)
-            if name == "mt":
-                n_mt = nn
-            if name == "all":
-                n_all = nn
-        # A type nobody ran on in the window has no pairs: its gain share is the physics
-        # prior (1), not a slope learned on other types' gains and extrapolated.
-        gamma = np.where(b == virtual, 1.0, gamma)
         # Carried from the job's own shape where the family ran it on the observed type (as
         # the pair model is trained: one shape on two types), or the same devices and global
         # batch in another layout, else from its median there.
         own = self._same_shape(f * (virtual + 1), seen, keys["shape"][rows],
                                None if jobs is None else _scale(shape_of(jobs.take(rows)))) \
             if "shape" in keys else np.full(level.shape, np.nan)
-        level_s = np.where(np.isfinite(own), own, level)
-        est = level_s + d_prev
-        view = self._view(catalog)
-        specs = view.specs
-        t = np.array([view.specs_by_name.get(h, _NO_SPECS) for h in hardware[rows]]
-                     ).reshape(-1, 2)
         phys_b = nan_to(log_phys[rows])
         # A type nobody ran on in the window: carried by the spec rule the window's own
         # cross-type moves favour, where one beats the physics ratio (see `spec_rule`).
         virt = (b == virtual) & np.isfinite(t).all(axis=1)
-        spec_r = None
-        # The residual's move from each observed type to a type nobody ran on, by the spec
-        # rule (None: the physics ratio carries it, the residual as is).
-        spec_move: np.ndarray | None = None
-        if virt.any() and jobs is not None and (share := self.spec_rule(catalog)) is not None:
+        phys_a, share = None, np.nan
+        if virt.any() and jobs is not None and (rule := self.spec_rule(catalog)) is not None:
             # The job's own physics estimate on each observed type: the move from there to
             # the target is the hardware's alone (the family's own shape may differ there).
             vr, va = np.nonzero(seen[virt])
             on = jobs.take(rows[virt][vr]).with_hardware(np.asarray(self.hardware,
                                                                     dtype=object)[va])
-            phys_a = np.full((int(virt.sum()), seen.shape[1]), np.nan)
-            phys_a[vr, va] = nan_to(estimates(on, catalog)["log_phys_sps"])
-            move_phys = phys_b[virt, None] - phys_a
-            move_bw = t[virt, None, 1] - specs[None, :, 1]
-            spec_move = np.zeros(level.shape)
-            spec_move[virt] = (1.0 - share) * (move_bw - move_phys)
-            spec_r = level_s[virt] + spec_move[virt]
-            est[virt] = spec_r
-        w = np.where(seen, np.log1p(n_mt) + 0.25 * np.log1p(n_all) + 0.1, 0.0)
-        wsum = w.sum(axis=1)
-        has = wsum > 0
-        est0 = np.where(seen, est, 0.0)
-        mean = np.where(has, (w * est0).sum(axis=1) / np.where(has, wsum, 1.0), np.nan)
-        var = np.where(has, (w * (est0 - nan_to(mean)[:, None]) ** 2).sum(axis=1)
-                       / np.where(has, wsum, 1.0), np.nan)
-        dist = np.abs(specs[None, :, 0] - t[:, None, 0]) + np.abs(specs[None, :, 1] - t[:, None, 1])
-        # The same observed types, carried by the gain share instead of the pair differences.
-        level_y = self.level_y[f]
-        est_g = level_y + gamma[:, None] * (phys_b[:, None] - (level_y - self.level[f]))
-        if spec_r is not None:
-            est_g[virt] = spec_r + phys_b[virt, None]
-        est_g = np.where(seen, est_g, 0.0)
-        g_r = np.where(has, (w * est_g).sum(axis=1) / np.where(has, wsum, 1.0), np.nan) - phys_b
-        pair_n = np.where(seen, n_mt, 0.0).sum(axis=1)
-        lam = pair_n / (pair_n + BLEND_FAMILIES)
-        out["xfer_g_r"][rows] = g_r
-        out["xfer_gamma"][rows] = gamma
-        out["xfer_d_r"][rows] = mean
-        out["xfer_r"][rows] = lam * mean + (1 - lam) * g_r
-        out["xfer_n_types"][rows] = seen.sum(axis=1)
-        out["xfer_pair_n"][rows] = pair_n
-        out["xfer_sd"][rows] = np.sqrt(var)
-        out["xfer_dist"][rows] = np.where(has, np.where(seen, dist, np.inf).min(axis=1), np.nan)
-        if self.pairs is not None and jobs is not None:
-            # Same vendor first: other vendors' types only where the family ran on none of
-            # the target's vendor's.
-            t_vendor = np.array([view.vendor_by_name.get(h, "") for h in hardware[rows]],
-                                dtype=object)
-            same = seen & (view.vendors[None, :] == t_vendor[:, None])
-            prefer = np.where(same.any(axis=1)[:, None], same, seen)
-            near = np.argsort(np.where(prefer, nan_to(dist, 1e9), np.inf), axis=1,
-                              kind="stable")[:, :PAIR_NEAREST]
-            nearest = np.zeros_like(seen)
-            nearest[np.arange(len(rows))[:, None], near] = True
-            use = prefer & nearest
-            if virt.any() and (radius := self.twin_distance(catalog)) is not None:
-                # A type nobody ran on in the window: the pair model reads it through its
-                # specs alone, so where the family ran on its twins, they alone are read.
-                twin = prefer & virt[:, None] & (nan_to(dist, np.inf) <= radius)
-                use = np.where(twin.any(axis=1)[:, None], twin, use)
-            # A type nobody ran on, for a family that ran on many of its vendor's types: the
-            # nearest of them alone, carried by the spec rule.
-            local = virt & (same.sum(axis=1) >= LOCAL_MIN_TYPES)
-            pair_use = use
-            if local.any():
-                d_local = np.where(same[local], nan_to(dist[local], np.inf), np.inf)
-                use = use.copy()
-                use[local] = same[local] & (d_local == d_local.min(axis=1, keepdims=True))
+            phys_a = np.full(level.shape, np.nan)
+            phys_a[np.flatnonzero(virt)[vr], va] = nan_to(estimates(on, catalog)["log_phys_sps"])
+            share = rule
+        pick = self.pairs is not None and jobs is not None
+        radius = self.twin_distance(catalog) if pick and virt.any() else None
+        slot, found = self._slots_of(keys, rows, jobs is not None and jobs.one_job)
+        core = _core(_CoreInputs(level, self.level_y[f], b, self.diff, self.counts, self.slope,
+                                 self.sxx, slot, found, own, self._view(catalog).specs, t,
+                                 phys_b, virt, phys_a, share, self._view(catalog).vendors,
+                                 t_vendor, np.nan if radius is None else radius, pick),
+                     _transfer_kernel() if len(rows) <= SMALL else None)
+        for name, values in zip(CORE_FEATURES, core.features, strict=True):
+            out[name][rows] = values
+        if pick:
+            assert self.pairs is not None and jobs is not None
+            assert core.use is not None and core.pair_use is not None and core.local is not None
+            level_s, use, local, spec_move = core.level_s, core.use, core.local, core.spec_move
+            pair_use = core.pair_use
             level_p = level_s
             if "shape" in keys and self.pairs.shape_boosters:
                 # Each row on its own type (xfer_s_r), and each type the pair estimate reads
@@ -544,6 +495,23 @@ class TransferIndex:
                     f[fill] * (virtual + 1) + b[fill], own[fill], keys["shape"][rows[fill]],
                     shape_of(jobs.take(rows[fill])))
         return out
+
+    def _slots_of(self, keys: Mapping[str, np.ndarray], rows: np.ndarray, one_job: bool
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """``(slot, found)``, each ``(levels, rows)``: the slot of each row's key at each of
+        :data:`TRANSFER_LEVELS` in the stacked tables (the level's first where it has none)
+        and whether it has one. ``one_job``: the rows are one job's, one key a level."""
+        read = rows[:1] if one_job else rows
+        slot = np.empty((len(TRANSFER_LEVELS), len(rows)), dtype=np.intp)
+        found = np.empty(slot.shape, dtype=bool)
+        for j, (name, cols) in enumerate(TRANSFER_LEVELS):
+            pos, first = self.slots[name]
+            texts = keys[cols[0]][read] if len(cols) == 1 else \
+                ["/".join(parts) for parts in zip(*(keys[c][read] for c in cols), strict=True)]
+            k = np.array([pos.get(v, -1) for v in texts], dtype=np.intp)
+            found[j] = k >= 0
+            slot[j] = np.where(k >= 0, k, first)
+        return slot, found
 
     def _same_shape(self, group: np.ndarray, seen: np.ndarray, shape: np.ndarray,
                     scale: np.ndarray | None = None) -> np.ndarray:
@@ -717,6 +685,241 @@ class TransferIndex:
         has, med, sd = row_median(r, level[r, a] + ratio, len(rows))
         out["xfer_p_r"][rows[has]] = med[has]
         out["xfer_p_sd"][rows[has]] = sd[has]
+
+
+class _CoreInputs(NamedTuple):
+    """What :func:`_core` computes ``m`` rows of known families from (H columns: the indexed
+    types and the virtual one; :meth:`TransferIndex.features` says what each feature is)."""
+
+    level: np.ndarray        # (m, H): the family's residual per type, NaN at the target
+    level_y: np.ndarray      # (m, H): its log throughput per type
+    target: np.ndarray       # (m,): the target's column
+    diff: np.ndarray         # (slots, H, H): TransferIndex.diff, counts, slope and sxx
+    counts: np.ndarray
+    slope: np.ndarray
+    sxx: np.ndarray
+    slot: np.ndarray         # (levels, m): each row's slot per level, and whether it has one
+    found: np.ndarray
+    own: np.ndarray          # (m, H): its residual in the job's own shape (NaN: none)
+    specs: np.ndarray        # (H, 2): log peak 16-bit FLOP/s and log memory bandwidth
+    t: np.ndarray            # (m, 2): the target's
+    phys_b: np.ndarray       # (m,): the job's physics estimate on the target (NaN read as 0)
+    virt: np.ndarray         # (m,): the target is a type nobody ran on, with specs
+    phys_a: np.ndarray | None  # (m, H): on each type, where the spec rule carries virt rows
+    share: float             # the spec rule's share of the physics gain (NaN: no rule)
+    vendors: np.ndarray      # (H,): vendor codes
+    t_vendor: np.ndarray     # (m,): the target's
+    radius: float            # TransferIndex.twin_distance (NaN: none)
+    pick: bool               # also choose the types the pair estimate reads
+
+
+class _Core(NamedTuple):
+    """:func:`_core`'s result: :data:`CORE_FEATURES` (one row each), the family's level per
+    type as the estimates read it, and with ``pick`` the types the pair estimate reads
+    (``use``; ``pair_use`` before a :data:`LOCAL_MIN_TYPES` row narrows it to its nearest),
+    those rows (``local``) and the spec rule's move to each (None without the rule)."""
+
+    features: np.ndarray
+    level_s: np.ndarray
+    use: np.ndarray | None
+    pair_use: np.ndarray | None
+    local: np.ndarray | None
+    spec_move: np.ndarray | None
+
+
+#: The features :func:`_core` computes, in the order of its block (the compiled kernel's).
+CORE_FEATURES = ("xfer_g_r", "xfer_gamma", "xfer_d_r", "xfer_r", "xfer_n_types", "xfer_pair_n",
+                 "xfer_sd", "xfer_dist")
+
+
+def _core(x: _CoreInputs, native: ModuleType | None) -> _Core:
+    """The transfer features of rows of known families that need no shape table and no pair
+    model, by the compiled kernel ``native`` (:func:`_transfer_kernel`), or NumPy (None: the
+    definition)."""
+    if native is not None:
+        return _core_native(x, native)
+    m, h = x.level.shape
+    virtual = h - 1
+    seen = np.isfinite(x.level)
+    d_prev = np.zeros(x.level.shape)           # no evidence: the physics ratio alone
+    n_mt = n_all = np.zeros(x.level.shape)
+    gamma = np.ones(m)
+    for j, (name, _) in enumerate(TRANSFER_LEVELS):
+        ok, kk = x.found[j], x.slot[j]
+        g_sxx = np.where(ok, x.sxx[kk], 0.0)
+        gamma = (g_sxx * x.slope[kk] + SHRINK_GAIN * gamma) / (g_sxx + SHRINK_GAIN)
+        dd = x.diff[kk, :, x.target] * ok[:, None]  # (m, H): difference from each A to b
+        nn = x.counts[kk, :, x.target] * ok[:, None]
+        d_prev = (nn * dd + SHRINK_FAMILIES * d_prev) / (nn + SHRINK_FAMILIES)
+        if name == "mt":
+            n_mt = nn
+        if name == "all":
+            n_all = nn
+    # A type nobody ran on in the window has no pairs: its gain share is the physics
+    # prior (1), not a slope learned on other types' gains and extrapolated.
+    gamma = np.where(x.target == virtual, 1.0, gamma)
+    level_s = np.where(np.isfinite(x.own), x.own, x.level)
+    est = level_s + d_prev
+    virt = x.virt
+    spec_r = None
+    # The residual's move from each observed type to a type nobody ran on, by the spec
+    # rule (None: the physics ratio carries it, the residual as is).
+    spec_move: np.ndarray | None = None
+    if x.phys_a is not None:
+        move_phys = x.phys_b[virt, None] - x.phys_a[virt]
+        move_bw = x.t[virt, None, 1] - x.specs[None, :, 1]
+        spec_move = np.zeros(x.level.shape)
+        spec_move[virt] = (1.0 - x.share) * (move_bw - move_phys)
+        spec_r = level_s[virt] + spec_move[virt]
+        est[virt] = spec_r
+    w = np.where(seen, np.log1p(n_mt) + 0.25 * np.log1p(n_all) + 0.1, 0.0)
+    wsum = w.sum(axis=1)
+    has = wsum > 0
+    est0 = np.where(seen, est, 0.0)
+    mean = np.where(has, (w * est0).sum(axis=1) / np.where(has, wsum, 1.0), np.nan)
+    var = np.where(has, (w * (est0 - nan_to(mean)[:, None]) ** 2).sum(axis=1)
+                   / np.where(has, wsum, 1.0), np.nan)
+    dist = np.abs(x.specs[None, :, 0] - x.t[:, None, 0]) \
+        + np.abs(x.specs[None, :, 1] - x.t[:, None, 1])
+    # The same observed types, carried by the gain share instead of the pair differences.
+    est_g = x.level_y + gamma[:, None] * (x.phys_b[:, None] - (x.level_y - x.level))
+    if spec_r is not None:
+        est_g[virt] = spec_r + x.phys_b[virt, None]
+    est_g = np.where(seen, est_g, 0.0)
+    g_r = np.where(has, (w * est_g).sum(axis=1) / np.where(has, wsum, 1.0), np.nan) - x.phys_b
+    pair_n = np.where(seen, n_mt, 0.0).sum(axis=1)
+    lam = pair_n / (pair_n + BLEND_FAMILIES)
+    features = np.array([g_r, gamma, mean, lam * mean + (1 - lam) * g_r, seen.sum(axis=1),
+                         pair_n, np.sqrt(var),
+                         np.where(has, np.where(seen, dist, np.inf).min(axis=1), np.nan)])
+    if not x.pick:
+        return _Core(features, level_s, None, None, None, spec_move)
+    # Same vendor first: other vendors' types only where the family ran on none of the
+    # target's vendor's.
+    same = seen & (x.vendors[None, :] == x.t_vendor[:, None])
+    prefer = np.where(same.any(axis=1)[:, None], same, seen)
+    near = np.argsort(np.where(prefer, nan_to(dist, 1e9), np.inf), axis=1,
+                      kind="stable")[:, :PAIR_NEAREST]
+    nearest = np.zeros_like(seen)
+    nearest[np.arange(m)[:, None], near] = True
+    use = prefer & nearest
+    if virt.any() and not np.isnan(x.radius):
+        # A type nobody ran on in the window: the pair model reads it through its specs
+        # alone, so where the family ran on its twins, they alone are read.
+        twin = prefer & virt[:, None] & (nan_to(dist, np.inf) <= x.radius)
+        use = np.where(twin.any(axis=1)[:, None], twin, use)
+    # A type nobody ran on, for a family that ran on many of its vendor's types: the
+    # nearest of them alone, carried by the spec rule.
+    local = virt & (same.sum(axis=1) >= LOCAL_MIN_TYPES)
+    pair_use = use
+    if local.any():
+        d_local = np.where(same[local], nan_to(dist[local], np.inf), np.inf)
+        use = use.copy()
+        use[local] = same[local] & (d_local == d_local.min(axis=1, keepdims=True))
+    return _Core(features, level_s, use, pair_use, local, spec_move)
+
+
+def _core_native(x: _CoreInputs, native: ModuleType) -> _Core:
+    """:func:`_core` by the compiled kernel."""
+    m, h = x.level.shape
+    features = np.empty((len(CORE_FEATURES), m))
+    level_s = np.empty((m, h))
+    use, pair_use = np.empty((m, h), dtype=bool), np.empty((m, h), dtype=bool)
+    local = np.empty(m, dtype=bool)
+    spec_move = np.zeros((m, h)) if x.phys_a is not None else None
+    native.transfer_rows(
+        x.level, np.ascontiguousarray(x.level_y), np.asarray(x.target, dtype=np.intp),
+        x.diff, x.counts, x.slope, x.sxx, x.slot, x.found.view(np.uint8), x.own,
+        x.specs, np.ascontiguousarray(x.t), x.phys_b, x.virt.view(np.uint8),
+        np.empty((0, h)) if x.phys_a is None else x.phys_a, x.share, x.vendors, x.t_vendor,
+        x.radius, x.pick, (SHRINK_GAIN, SHRINK_FAMILIES, BLEND_FAMILIES),
+        (PAIR_NEAREST, LOCAL_MIN_TYPES), features, level_s, use.view(np.uint8),
+        pair_use.view(np.uint8), local.view(np.uint8),
+        np.empty((0, h)) if spec_move is None else spec_move)
+    if not x.pick:
+        return _Core(features, level_s, None, None, None, spec_move)
+    return _Core(features, level_s, use, pair_use, local, spec_move)
+
+
+@functools.cache
+def _transfer_kernel() -> ModuleType | None:
+    """The compiled :func:`_core` (:mod:`leap.features._native`), or None where there are no
+    compiled kernels (:func:`~leap.features.pair_rows.native_kernels`) or this one disagrees
+    with NumPy: laid out otherwise, or off by more than 1e-12 on :func:`_probe_inputs`.
+    Checked once per process."""
+    native = native_kernels()
+    if native is None:
+        return None
+    if (getattr(native, "CORE_FEATURES", None), getattr(native, "TRANSFER_LEVELS", None)) != (
+            CORE_FEATURES, tuple(name for name, _ in TRANSFER_LEVELS)):
+        log.warning("the compiled transfer features are laid out for another leap; NumPy "
+                    "computes them (reinstall leap to rebuild them)")
+        return None
+    rng = np.random.default_rng(0)
+    for pick, rule in ((True, True), (True, False), (False, True)):
+        x = _probe_inputs(rng, 40, 9, pick=pick, spec_rule=rule)
+        if not _same_core(_core(x, None), _core(x, native)):
+            log.warning("the compiled transfer features disagree with NumPy on a probe (was "
+                        "leap built with unsafe math flags?); NumPy computes them")
+            return None
+    return native
+
+
+def _same_core(want: _Core, got: _Core, rtol: float = 1e-12) -> bool:
+    """Whether two :func:`_core` results agree: numbers within ``rtol``, choices exactly."""
+    for w, g in zip(want, got, strict=True):
+        if w is None or g is None:
+            if (w is None) != (g is None):
+                return False
+        elif not (np.allclose(w, g, rtol=rtol, atol=0.0, equal_nan=True)
+                  if w.dtype.kind == "f" else np.array_equal(w, g)):
+            return False
+    return True
+
+
+def _probe_inputs(rng: np.random.Generator, m: int, types: int, *, pick: bool,
+                  spec_rule: bool) -> _CoreInputs:
+    """Random :func:`_core` inputs of ``m`` rows over ``types`` observed types and the
+    virtual column: families that ran on none, one or most types, keys found or not, shapes
+    seen or not, targets nobody ran on (with and without specs), ties in spec distance,
+    types without specs, three vendors; a spec rule for them with ``spec_rule``."""
+    h = types + 1
+    levels = len(TRANSFER_LEVELS)
+    per = rng.integers(1, 4, size=levels)
+    n_slots = int(per.sum())
+    level = np.where(rng.random((m, h)) < rng.random((m, 1)), rng.normal(0, 0.5, (m, h)),
+                     np.nan)
+    level[:, -1] = np.nan
+    target = np.where(rng.random(m) < 0.25, types, rng.integers(0, h, size=m))
+    level[np.arange(m), target] = np.nan
+    specs = np.round(rng.normal(0, 1, (h, 2)), 1)  # rounded: equal distances
+    specs[-1] = np.nan
+    specs[rng.integers(0, types)] = np.nan       # a type the catalog lacks
+    t = specs[target].copy()
+    virt_rows = target == types
+    t[virt_rows] = np.round(rng.normal(0, 1, (int(virt_rows.sum()), 2)), 1)
+    t[rng.random(m) < 0.1] = np.nan
+    virt = virt_rows & np.isfinite(t).all(axis=1)
+    first = np.r_[0, np.cumsum(per)[:-1]]
+    k = rng.integers(-1, per.max(), size=(levels, m))
+    found = (k >= 0) & (k < per[:, None])
+    phys_a = None
+    if spec_rule:
+        phys_a = np.where(np.isfinite(level) & virt[:, None], rng.normal(20, 2, (m, h)),
+                          np.nan)
+    return _CoreInputs(
+        level=level, level_y=level + rng.normal(20, 2, (m, h)), target=target,
+        diff=rng.normal(0, 0.3, (n_slots, h, h)),
+        counts=rng.integers(0, 6, (n_slots, h, h)).astype(np.float64),
+        slope=rng.uniform(0, 1.5, n_slots), sxx=rng.uniform(0, 5, n_slots) * (
+            rng.random(n_slots) < 0.8),
+        slot=np.where(found, first[:, None] + np.maximum(k, 0), first[:, None]),
+        found=found, own=np.where(rng.random((m, h)) < 0.3, rng.normal(0, 0.5, (m, h)),
+                                  np.nan),
+        specs=specs, t=t, phys_b=rng.normal(20, 2, m), virt=virt, phys_a=phys_a,
+        share=float(rng.uniform(0, 1)) if spec_rule else np.nan,
+        vendors=rng.integers(0, 3, h).astype(np.intp),
+        t_vendor=rng.integers(0, 3, m).astype(np.intp), radius=0.15, pick=pick)
 
 
 def _shape_moves(shapes: dict[str, np.ndarray], n_hw: int
