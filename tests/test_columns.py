@@ -95,3 +95,39 @@ def test_codes_of_one_jobs_rows_are_those_of_any_rows(types: list[str], rows: li
     # Rows whose job columns were replaced are no longer one job's.
     moved = one.replace({"batch_size": np.arange(len(types)) + 1})
     assert moved.codes(["batch_size"])[0].tolist() == list(range(len(types)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(types=st.lists(st.sampled_from(["T4", "L4", "A10", "H100-SXM", "MI300X"]), min_size=1,
+                      max_size=8),
+       rows=st.lists(st.integers(0, 7), min_size=1, max_size=12),
+       batch=st.sampled_from([None, 0, 64]), precision=st.sampled_from([None, "bf16", "x"]))
+def test_what_one_jobs_rows_compute_once_is_what_any_rows_compute(
+        types: list[str], rows: list[int], batch: int | None, precision: str | None) -> None:
+    """A request's rows compute the values of their job alone once (`Columns.per_job`): the
+    compiled kernels' job inputs, the shape and the family's half must be those the general
+    path computes on the same rows, after `take` and `with_hardware` too, and a replaced job
+    column must not read a value computed before."""
+    from leap.features import pair_rows
+
+    native = pair_rows._native
+    job = {"family_id": "fam-7", "trainer_count": 2, "batch_size": batch,
+           "devices_per_trainer": 4, "precision": precision, "model_category": "vision",
+           "num_params": 3e8}
+    vocab = {"precision": ["bf16", "fp16"], "model_category": ["language", "vision"]}
+    one = Columns.from_request(job, types)
+    general = Columns.from_frame(pd.DataFrame([{**job, "hardware": t} for t in types]))
+    taken = np.array([r % len(types) for r in rows], dtype=np.int64)
+    swapped = np.array(types[::-1], dtype=object)
+    for a, b in ((one, general), (one.take(taken), general.take(taken)),
+                 (one.with_hardware(swapped), general.with_hardware(swapped))):
+        np.testing.assert_array_equal(pair_rows.shape_of(a), pair_rows.shape_of(b))
+        idx = np.arange(len(a))[::-1]
+        np.testing.assert_array_equal(pair_rows.job_folds(a, idx), pair_rows.job_folds(b, idx))
+        if native is not None:
+            for x, y in zip(pair_rows._job_inputs(native, a, vocab),
+                            pair_rows._job_inputs(native, b, vocab), strict=True):
+                np.testing.assert_array_equal(x, y)
+    moved = one.replace({"batch_size": np.arange(len(types)) + 1.0})
+    assert not moved.one_job
+    np.testing.assert_array_equal(pair_rows.shape_of(moved)[:, 2], np.arange(len(types)) + 1.0)

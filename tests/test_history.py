@@ -112,6 +112,14 @@ def test_snapshots_give_what_sql_gives_over_the_same_rows(day: int) -> None:
             keys = {k: got[k].astype(str).to_numpy(dtype=object) for k in level.keys}
             np.testing.assert_array_equal(snap.lookup(keys, level),
                                           got[list(level.stats)].to_numpy(dtype=np.float64))
+            # One job's rows on every type (a request's): a key of the job alone is looked
+            # up once for all of them, as each row alone would find it.
+            if len(got):
+                one = {k: np.repeat(v[:1], 4) for k, v in keys.items()}
+                for k in set(level.keys) & {"hardware", "vendor"}:
+                    one[k] = np.array(["A100", "nowhere", keys[k][0], keys[k][-1]], dtype=object)
+                np.testing.assert_array_equal(snap.lookup(one, level, one_job=True),
+                                              snap.lookup(one, level))
         # The transfer table's families: each (family, type)'s median residual and physics.
         fh = con.execute("SELECT family_id, hardware, median(r) AS r, median(y - r) AS phys "
                          "FROM h WHERE submitted_at < $as_of GROUP BY ALL", {"as_of": as_of}).df()

@@ -8,8 +8,8 @@ arithmetic, so the features cannot drift apart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,8 @@ SMALL = 2048
 #: Rows :func:`stack` gathers at a time for a large matrix.
 STACK_BLOCK_ROWS = 4096
 
+_T = TypeVar("_T")
+
 
 class Columns:
     """Named columns of equal length ``n``.
@@ -36,12 +38,15 @@ class Columns:
     (2, [2.0, 2.0], ['T4', 'L4'])
     """
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], n: int, one_job: bool = False) -> None:
+    def __init__(self, arrays: Mapping[str, np.ndarray], n: int, one_job: bool = False,
+                 memo: dict[str, Any] | None = None) -> None:
         self._arrays = dict(arrays)
         self.n = n
         # Every row the same job on its own type (a request's rows, and rows taken from
-        # them): rows differ in ``hardware`` alone, which :meth:`codes` reads.
+        # them): rows differ in ``hardware`` alone, which :meth:`codes` reads, and what
+        # depends on the job alone is computed once for all of them (:meth:`per_job`).
         self.one_job = one_job
+        self._memo = (memo if memo is not None else {}) if one_job else None
         # What num() and obj() returned for a few rows, read-only: one request's encode
         # asks for about 100 columns, 40 of them again. (A block of training rows is not
         # cached: its copies would add to a night's peak.)
@@ -109,7 +114,8 @@ class Columns:
 
     def take(self, rows: np.ndarray) -> Columns:
         """The rows at positions ``rows`` (repeats allowed), every column."""
-        return Columns({c: a[rows] for c, a in self._arrays.items()}, len(rows), self.one_job)
+        return Columns({c: a[rows] for c, a in self._arrays.items()}, len(rows), self.one_job,
+                       self._memo)
 
     def with_hardware(self, hardware: np.ndarray) -> Columns:
         """The same rows on the types in ``hardware`` (one per row)."""
@@ -117,8 +123,28 @@ class Columns:
 
     def replace(self, arrays: Mapping[str, np.ndarray]) -> Columns:
         """The same rows with the columns in ``arrays`` (one value per row) replaced."""
-        return Columns({**self._arrays, **arrays}, self.n,
-                       self.one_job and set(arrays) <= {"hardware"})
+        same_job = self.one_job and set(arrays) <= {"hardware"}
+        return Columns({**self._arrays, **arrays}, self.n, same_job,
+                       self._memo if same_job else None)
+
+    def per_job(self, key: str, make: Callable[[Columns], _T]) -> _T:
+        """``make(self)``, a value of the job alone (never of its types), computed once for
+        one job's rows: those of a request and every :meth:`take` or :meth:`with_hardware`
+        of them share it under ``key``. For other rows, computed each time.
+
+        >>> cols = Columns.from_request({"family_id": "f", "batch_size": 8}, ["T4", "L4"])
+        >>> calls = []
+        >>> def batch(c):
+        ...     calls.append(1)
+        ...     return float(c.num("batch_size")[0])
+        >>> cols.per_job("batch", batch), cols.take([1]).per_job("batch", batch), len(calls)
+        (8.0, 8.0, 1)
+        """
+        if self._memo is None:
+            return make(self)
+        if key not in self._memo:
+            self._memo[key] = make(self)
+        return self._memo[key]
 
     def codes(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's index among the distinct combinations of the columns ``names`` (absent

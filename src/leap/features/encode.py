@@ -283,7 +283,7 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
             "trainer_count": cols_in.num("trainer_count").astype(np.int64).astype(str),
             "shape": shape_keys(cols_in)}
     for lv in LEVELS:
-        block = snapshot.lookup(keys, lv)
+        block = snapshot.lookup(keys, lv, cols_in.one_job)
         for j, name in enumerate(lv.stats):
             cols[name] = block[:, j]
     keys["model_category"] = cols_in.text("model_category")

@@ -123,6 +123,15 @@ SHAPE_NEAREST = 5
 SHAPE_PAIR_NEAREST = SHAPE_NEAREST + 1
 
 
+def job_folds(jobs: Columns, job: np.ndarray) -> np.ndarray:
+    """:func:`family_fold` of row ``job[i]`` of ``jobs`` for each ``i`` (one job's rows, a
+    request's: hashed once)."""
+    if jobs.one_job and len(jobs):
+        return np.full(len(job), jobs.per_job(
+            "fold", lambda c: int(family_fold(c.obj("family_id")[:1])[0])), dtype=np.int64)
+    return family_fold(jobs.obj("family_id"))[job]
+
+
 def family_fold(family_id: np.ndarray) -> np.ndarray:
     """Cross-fitting half (0 or 1) of each family id: a hash, stable across runs and machines
     (hashed once per distinct id: a block of rows repeats a few thousand families)."""
@@ -254,7 +263,15 @@ def within_reach(a_shape: np.ndarray, b_shape: np.ndarray, reach: np.ndarray) ->
 
 
 def shape_of(on: Columns) -> np.ndarray:
-    """The ``(n, 3)`` shape of each row (:data:`SHAPE_COLUMNS`; NaN where missing)."""
+    """The ``(n, 3)`` shape of each row (:data:`SHAPE_COLUMNS`; NaN where missing): one job's
+    rows (a request's) parse it once."""
+    if on.one_job and len(on):
+        first = np.zeros(len(on), dtype=np.intp)
+        return on.per_job("shape", lambda c: _shapes(c.take(first[:1])))[first]
+    return _shapes(on)
+
+
+def _shapes(on: Columns) -> np.ndarray:
     return np.column_stack([on.num(c) for c in SHAPE_COLUMNS])
 
 
@@ -378,7 +395,18 @@ def _probe(native: ModuleType | None) -> tuple[np.ndarray, ...]:
 
 def _job_inputs(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The job inputs of the compiled kernels: numbers, peak kind, vocabulary codes."""
+    """The job inputs of the compiled kernels, a row per row of ``jobs``: numbers, peak
+    kind, vocabulary codes (one job's rows, a request's: computed once, then repeated)."""
+    if jobs.one_job and len(jobs):
+        first = np.zeros(len(jobs), dtype=np.intp)
+        one = jobs.per_job(f"kernel job inputs {id(vocab)}",
+                           lambda c: _job_rows(native, c.take(first[:1]), vocab))
+        return one[0][first], one[1][first], one[2][first], one[3][first]
+    return _job_rows(native, jobs, vocab)
+
+
+def _job_rows(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     precision = jobs.obj("precision")
     return (np.column_stack([jobs.num(c) for c in native.JOB_COLUMNS]),
             np.array([PEAK_KIND.get(p, 3) for p in precision], dtype=np.intp),

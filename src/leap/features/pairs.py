@@ -68,6 +68,7 @@ from leap.features.pair_rows import (
     SHAPE_COLUMNS,
     SHAPE_FEATURES,
     family_fold,
+    job_folds,
     pair_matrix,
     pair_training_rows,
     row_mean,
@@ -236,7 +237,7 @@ class PairModel:
         job = np.arange(len(hw_a)) if job is None else np.asarray(job, dtype=np.int64)
         return _by_halves(self._scorers("pairs", self.boosters),
                           pair_matrix(jobs, hw_a, hw_b, catalog, self.vocab, job),
-                          family_fold(jobs.obj("family_id"))[job])
+                          job_folds(jobs, job))
 
     def predict_shapes(self, jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
                        job: np.ndarray | None = None) -> np.ndarray:
@@ -248,7 +249,7 @@ class PairModel:
         job = np.arange(len(a_shape)) if job is None else np.asarray(job, dtype=np.int64)
         return _by_halves(self._scorers("shapes", self.shape_boosters),
                           shape_matrix(jobs, a_shape, catalog, self.vocab, job),
-                          family_fold(jobs.obj("family_id"))[job])
+                          job_folds(jobs, job))
 
     def _scorers(self, kind: str, boosters: list[lgb.Booster]
                  ) -> list[Callable[[np.ndarray], np.ndarray]]:
