@@ -141,6 +141,17 @@ def test_compiled_transfer_features_equal_the_numpy_ones(seed: int, m: int, type
         assert not got.local[~x.virt].any()
 
 
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(1, 40), types=st.integers(1, 12))
+def test_compiled_shape_lookups_equal_the_numpy_ones(seed: int, m: int, types: int) -> None:
+    """A family's residual in a row's own shape on each type it ran (or in another layout of
+    its devices and global batch), and its shapes nearest to the row's within the shape
+    boosters' reach or not: shapes with missing parts, shapes nobody ran, ties."""
+    native = _built()
+    x = transfer._probe_shapes(np.random.default_rng(seed), m, types)
+    assert transfer._same_shapes(x, native)
+
+
 def test_the_numpy_code_serves_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(pair_rows.NATIVE_ENV, "0")
     assert pair_rows.native_kernels() is None
@@ -203,6 +214,22 @@ def test_a_transfer_kernel_that_disagrees_on_the_probe_never_serves(
         use[np.flatnonzero(use.any(axis=1))[:1]] = False
 
     other.transfer_rows = drop_one
+    with caplog.at_level(logging.WARNING, "leap.features"):
+        assert transfer._transfer_kernel() is None
+    assert "transfer features disagree with NumPy" in caplog.text
+
+
+def test_a_shape_kernel_that_disagrees_on_the_probe_never_serves(
+        other: SimpleNamespace, caplog: pytest.LogCaptureFixture) -> None:
+    """The nearest shapes in another order of ties, say."""
+    built = other.nearest_shapes
+
+    def last_first(*args: Any) -> int:
+        n = built(*args)
+        args[-1][:n] = args[-1][:n][::-1].copy()
+        return n
+
+    other.nearest_shapes = last_first
     with caplog.at_level(logging.WARNING, "leap.features"):
         assert transfer._transfer_kernel() is None
     assert "transfer features disagree with NumPy" in caplog.text

@@ -27,3 +27,9 @@ def transfer_rows(level: np.ndarray, level_y: np.ndarray, target: np.ndarray, di
                   shrink: tuple[float, float, float], choose: tuple[int, int],
                   features: np.ndarray, level_s: np.ndarray, use: np.ndarray,
                   pair_use: np.ndarray, local: np.ndarray, spec_move: np.ndarray) -> None: ...
+def same_shape(key: np.ndarray, code: np.ndarray, r: np.ndarray, table_scale: np.ndarray,
+               group: np.ndarray, seen: np.ndarray, shape_code: np.ndarray, scale: np.ndarray,
+               out: np.ndarray) -> None: ...
+def nearest_shapes(key: np.ndarray, code: np.ndarray, shape: np.ndarray, group: np.ndarray,
+                   shape_code: np.ndarray, own: np.ndarray, reach: np.ndarray, limit: int,
+                   out_i: np.ndarray, out_entry: np.ndarray) -> int: ...

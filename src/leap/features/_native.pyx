@@ -19,6 +19,7 @@ matrix; ``vendor``, each type's vocabulary code.
 """
 
 from libc.math cimport INFINITY, NAN, fabs, fmax, isfinite, isnan, log, log1p, sqrt
+from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 
 #: Job columns of the ``job`` matrix, in order.
@@ -589,3 +590,113 @@ def transfer_rows(const double[:, ::1] level, const double[:, ::1] level_y,
                     use[i, a] = same[a] and value[a] == dmin
     free(buf)
     free(flags)
+
+
+cdef inline Py_ssize_t first_at(const int64_t[::1] key, int64_t v) noexcept nogil:
+    """The first position of the sorted ``key`` at or after ``v`` (``np.searchsorted``)."""
+    cdef Py_ssize_t lo = 0, hi = key.shape[0], mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if key[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def same_shape(const int64_t[::1] key, const Py_ssize_t[::1] code, const double[::1] r,
+               const double[:, ::1] table_scale, const int64_t[::1] group,
+               const unsigned char[:, ::1] seen, const Py_ssize_t[::1] shape_code,
+               const double[:, ::1] scale, double[:, ::1] out):
+    """:func:`leap.features.transfer._same_shape` (``out`` filled with NaN; ``scale`` with no
+    rows: exact shapes only): each seen cell's entry of the row's own shape code, else the
+    mean of the entries of its devices and global batch, summed in entry order as
+    ``np.bincount`` sums."""
+    cdef Py_ssize_t m = seen.shape[0], h = seen.shape[1], i, a, e, lo, hi, count
+    cdef bint with_scale = scale.shape[0] > 0
+    cdef int64_t g
+    cdef double total
+    with nogil:
+        for i in range(m):
+            for a in range(h):
+                if not seen[i, a]:
+                    continue
+                g = group[i] + a
+                lo = first_at(key, g)
+                hi = first_at(key, g + 1)
+                for e in range(lo, hi):
+                    if code[e] == shape_code[i]:
+                        out[i, a] = r[e]
+                if not with_scale or not isnan(out[i, a]):
+                    continue
+                total = 0.0
+                count = 0
+                for e in range(lo, hi):
+                    if code[e] != shape_code[i] and table_scale[e, 0] == scale[i, 0] \
+                            and table_scale[e, 1] == scale[i, 1]:
+                        total += r[e]
+                        count += 1
+                if count:
+                    out[i, a] = total / count
+
+
+def nearest_shapes(const int64_t[::1] key, const Py_ssize_t[::1] code,
+                   const double[:, ::1] shape, const int64_t[::1] group,
+                   const Py_ssize_t[::1] shape_code, const double[:, ::1] own,
+                   const double[::1] reach, Py_ssize_t limit, Py_ssize_t[::1] out_i,
+                   Py_ssize_t[::1] out_entry):
+    """:func:`leap.features.transfer._nearest_shapes` (``reach`` empty: no limit): per cell,
+    up to ``limit`` entries of its group nearest to its own shape, never that shape, ordered
+    as ``np.lexsort`` orders (distance, entry); written to ``out_i`` and ``out_entry``,
+    their count returned."""
+    cdef Py_ssize_t c = group.shape[0], i, e, lo, hi, k, p, n = 0
+    cdef bint with_reach = reach.shape[0] > 0, far
+    cdef double la[3]
+    cdef double lb[3]
+    cdef double d
+    cdef double* best_d = <double*>malloc((limit + 1) * sizeof(double))
+    cdef Py_ssize_t* best_e = <Py_ssize_t*>malloc((limit + 1) * sizeof(Py_ssize_t))
+    if best_d == NULL or best_e == NULL:
+        free(best_d)
+        free(best_e)
+        raise MemoryError()
+    with nogil:
+        for i in range(c):
+            lo = first_at(key, group[i])
+            hi = first_at(key, group[i] + 1)
+            for p in range(3):
+                lb[p] = log_part(own[i, p])
+            k = 0
+            for e in range(lo, hi):
+                if code[e] == shape_code[i]:
+                    continue
+                for p in range(3):
+                    la[p] = log_part(shape[e, p])
+                if with_reach:
+                    # shape_parts: log trainers, log devices per trainer, log batch a device.
+                    far = not (fabs(lb[0] - la[0]) <= reach[0] + 1e-9) \
+                        or not (fabs(lb[1] - la[1]) <= reach[1] + 1e-9) \
+                        or not (fabs((lb[2] - lb[1]) - (la[2] - la[1])) <= reach[2] + 1e-9)
+                    if far:
+                        continue
+                d = 0.0
+                for p in range(3):
+                    d += fabs(la[p] - lb[p])
+                if k == limit and not d < best_d[k - 1]:
+                    continue
+                p = k if k < limit else limit - 1
+                while p > 0 and best_d[p - 1] > d:  # after equal distances: earlier entries
+                    best_d[p] = best_d[p - 1]
+                    best_e[p] = best_e[p - 1]
+                    p -= 1
+                best_d[p] = d
+                best_e[p] = e
+                if k < limit:
+                    k += 1
+            for p in range(k):
+                out_i[n] = i
+                out_entry[n] = best_e[p]
+                n += 1
+    free(best_d)
+    free(best_e)
+    return n

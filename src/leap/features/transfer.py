@@ -32,7 +32,7 @@ import functools
 import logging
 from collections.abc import Mapping
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -106,6 +106,10 @@ TWIN_MIN_CELLS = 30
 #: the target's own vendor only: read from another vendor's nearest type, the default
 #: fleet's MI300X and Gaudi3 held out of training fell from 38.1 / 34.2% to 35.0 / 29.7%.
 LOCAL_MIN_TYPES = 8
+
+
+#: The family x type x shape levels of a snapshot (:meth:`TransferIndex._shape_table`).
+_ShapeTable = dict[str, Any]
 
 
 class _CatalogView(NamedTuple):
@@ -192,7 +196,7 @@ class TransferIndex:
 
     @staticmethod
     def _shape_table(table: pd.DataFrame | None, fams: pd.Index, hw_index: pd.Index,
-                     n_hw: int) -> dict[str, np.ndarray]:
+                     n_hw: int) -> _ShapeTable:
         """The family x type x shape levels, sorted by (family, type): each group's shapes
         are ``[start, end)`` of ``key`` (``family * n_hw + type``), with their text, parsed
         shape (trainers, devices per trainer, batch; -1 = missing), residual and log
@@ -217,9 +221,10 @@ class TransferIndex:
         return {"key": key[order], "text": text[keep][order], "shape": parsed[order],
                 "scale": _scale(parsed[order]),
                 "r": table["fam_hw_shape_med_r"].to_numpy(dtype=np.float64)[keep][order],
-                "y": y[keep][order], "code": codes[order],
+                "y": y[keep][order], "code": codes[order].astype(np.intp),
                 "shape_key": shape_key[by_shape], "by_shape": by_shape,
-                "n_shapes": np.int64(len(distinct))}
+                "n_shapes": np.int64(len(distinct)),
+                "code_of": {t: i for i, t in enumerate(distinct)}}
 
     def warm(self, catalog: Catalog | None = None) -> None:
         """Build the family dict of small lookups now, and with ``catalog`` its view,
@@ -424,7 +429,7 @@ class TransferIndex:
         # the pair model is trained: one shape on two types), or the same devices and global
         # batch in another layout, else from its median there.
         own = self._same_shape(f * (virtual + 1), seen, keys["shape"][rows],
-                               None if jobs is None else _scale(shape_of(jobs.take(rows)))) \
+                               None if jobs is None else _scale(shape_of(_taken(jobs, rows)))) \
             if "shape" in keys else np.full(level.shape, np.nan)
         phys_b = nan_to(log_phys[rows])
         # A type nobody ran on in the window: carried by the spec rule the window's own
@@ -525,25 +530,8 @@ class TransferIndex:
         gives that layout's residual, the mean over such layouts: the same work, and the
         physics estimate behind the residual already prices the layout's communication.
         """
-        out = np.full(seen.shape, np.nan)
-        table = self._shapes
-        if len(table["key"]) == 0:
-            return out
-        r, a = np.nonzero(seen)
-        pos, cand = _shapes_of(table["key"], group[r] + a)
-        r, a = r[pos], a[pos]
-        hit = table["text"][cand] == shape[r]
-        out[r[hit], a[hit]] = table["r"][cand[hit]]
-        if scale is None:
-            return out
-        # Only cells the exact shape left empty; several layouts of one cell: their mean.
-        cell = r * seen.shape[1] + a
-        same = (table["scale"][cand] == scale[r]).all(axis=1) & ~hit & np.isnan(out.flat[cell])
-        if same.any():
-            cells, inv = np.unique(cell[same], return_inverse=True)
-            np.put(out, cells, np.bincount(inv, weights=table["r"][cand[same]])
-                   / np.bincount(inv))
-        return out
+        return _same_shape(self._shapes, group, seen, shape, scale,
+                           _transfer_kernel() if len(group) <= SMALL else None)
 
     def _shape_carry(self, pairs: PairModel, group: np.ndarray, shape: np.ndarray,
                      on: Columns, catalog: Catalog) -> np.ndarray:
@@ -600,22 +588,8 @@ class TransferIndex:
         cell ``group[i]`` nearest to the cell's shape (text ``shape[i]``, parsed ``own[i]``),
         never that shape itself, within ``reach`` of it where given
         (:func:`~leap.features.pair_rows.within_reach`); by ``i``, nearest first."""
-        table = self._shapes
-        if len(table["key"]) == 0:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        r, cand = _shapes_of(table["key"], group)
-        keep = table["text"][cand] != shape[r]
-        if reach is not None:
-            keep &= within_reach(table["shape"][cand], own[r], reach)
-        if not keep.any():  # e.g. a seen configuration, the family's one shape there
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        r, cand = r[keep], cand[keep]
-        dist = np.abs(log_shape(table["shape"][cand]) - log_shape(own)[r]).sum(axis=1)
-        order = np.lexsort((dist, r))
-        r, cand = r[order], cand[order]
-        first = np.searchsorted(r, r, side="left")
-        near = np.arange(len(r)) - first < SHAPE_NEAREST
-        return r[near], cand[near]
+        return _nearest_shapes(self._shapes, group, shape, own, reach,
+                               _transfer_kernel() if len(group) <= SMALL else None)
 
     def _shape_carry_by_moves(self, group: np.ndarray, own: np.ndarray, shape: np.ndarray,
                               job_shape: np.ndarray) -> np.ndarray:
@@ -674,7 +648,7 @@ class TransferIndex:
             return
         # Rows of one configuration on one type get the same ratios: predict each distinct
         # (job, observed type, target type) once.
-        on = jobs.take(rows)
+        on = _taken(jobs, rows)
         job, rep = on.codes(JOB_FEATURE_COLUMNS)
         target, _ = factorize(hardware[rows])
         triple = (job[r] * len(self.hardware) + a) * (target.max() + 1) + target[r]
@@ -856,13 +830,71 @@ def _transfer_kernel() -> ModuleType | None:
                     "computes them (reinstall leap to rebuild them)")
         return None
     rng = np.random.default_rng(0)
-    for pick, rule in ((True, True), (True, False), (False, True)):
-        x = _probe_inputs(rng, 40, 9, pick=pick, spec_rule=rule)
-        if not _same_core(_core(x, None), _core(x, native)):
-            log.warning("the compiled transfer features disagree with NumPy on a probe (was "
-                        "leap built with unsafe math flags?); NumPy computes them")
-            return None
+    agree = all(_same_core(_core(x, None), _core(x, native)) for x in (
+        _probe_inputs(rng, 40, 9, pick=pick, spec_rule=rule)
+        for pick, rule in ((True, True), (True, False), (False, True))))
+    agree = agree and all(_same_shapes(_probe_shapes(rng, 30, 9), native) for _ in range(3))
+    if not agree:
+        log.warning("the compiled transfer features disagree with NumPy on a probe (was "
+                    "leap built with unsafe math flags?); NumPy computes them")
+        return None
     return native
+
+
+class _ShapeProbe(NamedTuple):
+    """Inputs of :func:`_same_shape` and :func:`_nearest_shapes` (:func:`_probe_shapes`)."""
+
+    table: _ShapeTable
+    group: np.ndarray   # per row: its family's first key (add a type's column)
+    seen: np.ndarray    # (rows, types + 1)
+    shape: np.ndarray   # per row: its shape's text
+    own: np.ndarray     # per row: its shape, parsed
+    reach: np.ndarray
+
+
+def _same_shapes(x: _ShapeProbe, native: ModuleType) -> bool:
+    """Whether :func:`_same_shape` and :func:`_nearest_shapes` give the same by ``native``
+    and by NumPy on ``x``: with and without each's option, and for cells of the rows'
+    own types (what the shape carry reads)."""
+    cells = x.group + np.argmax(x.seen, axis=1)
+    for scale in (None, _scale(x.own)):
+        want = _same_shape(x.table, x.group, x.seen, x.shape, scale, None)
+        if not np.allclose(want, _same_shape(x.table, x.group, x.seen, x.shape, scale, native),
+                           rtol=1e-12, atol=0.0, equal_nan=True):
+            return False
+    for reach in (None, x.reach):
+        want_i, want_e = _nearest_shapes(x.table, cells, x.shape, x.own, reach, None)
+        got_i, got_e = _nearest_shapes(x.table, cells, x.shape, x.own, reach, native)
+        if not (np.array_equal(want_i, got_i) and np.array_equal(want_e, got_e)):
+            return False
+    return True
+
+
+def _probe_shapes(rng: np.random.Generator, m: int, types: int) -> _ShapeProbe:
+    """A random shape table of a few families over ``types`` types and the virtual column
+    (shapes with missing parts, several layouts of one device count and global batch, ties
+    in distance) and ``m`` rows of its families, some in a shape nobody ran."""
+    h = types + 1
+    choice = np.array([[1, 1, 8], [1, 2, 16], [2, 1, 16], [1, 4, 32], [2, 2, 16], [4, 1, 8],
+                       [-1, 4, 64], [8, 8, 256], [1, 8, 64], [2, 4, 64]], dtype=np.float64)
+    families = 4
+    cells = [(f * h + t, int(s)) for f in range(families) for t in range(types)
+             for s in rng.choice(len(choice), size=int(rng.integers(0, 5)), replace=False)]
+    cells.sort()
+    key = np.array([c for c, _ in cells], dtype=np.int64).reshape(-1)
+    which = np.array([s for _, s in cells], dtype=np.intp).reshape(-1)
+    text = np.array(["/".join(str(int(v)) for v in choice[s]) for s in which], dtype=object)
+    codes, distinct = pd.factorize(text) if len(text) else (np.empty(0, np.intp), [])
+    table = {"key": key, "text": text, "shape": choice[which], "scale": _scale(choice[which]),
+             "r": np.round(rng.normal(0, 0.5, len(key)), 1), "code": codes.astype(np.intp),
+             "code_of": {t: i for i, t in enumerate(distinct)}}
+    row_shape = rng.integers(0, len(choice) + 1, size=m)  # the last: nobody ran it
+    own = np.vstack([choice, [[3.0, 3.0, 24.0]]])[row_shape]
+    return _ShapeProbe(
+        table=table, group=rng.integers(0, families, size=m).astype(np.int64) * h,
+        seen=rng.random((m, h)) < 0.6,
+        shape=np.array(["/".join(str(int(v)) for v in o) for o in own], dtype=object),
+        own=own, reach=np.array([0.8, 1.5, 2.5]))
 
 
 def _same_core(want: _Core, got: _Core, rtol: float = 1e-12) -> bool:
@@ -922,7 +954,83 @@ def _probe_inputs(rng: np.random.Generator, m: int, types: int, *, pick: bool,
         t_vendor=rng.integers(0, 3, m).astype(np.intp), radius=0.15, pick=pick)
 
 
-def _shape_moves(shapes: dict[str, np.ndarray], n_hw: int
+def _taken(jobs: Columns, rows: np.ndarray) -> Columns:
+    """``jobs.take(rows)`` for the sorted, distinct ``rows``: ``jobs`` itself where they are
+    all of its rows (a request's rows all have a family, or none has)."""
+    return jobs if len(rows) == len(jobs) else jobs.take(rows)
+
+
+def _same_shape(table: _ShapeTable, group: np.ndarray, seen: np.ndarray,
+                shape: np.ndarray, scale: np.ndarray | None, native: ModuleType | None
+                ) -> np.ndarray:
+    """:meth:`TransferIndex._same_shape` on the shape ``table``, by the compiled kernel
+    ``native`` or NumPy (None: the definition)."""
+    out = np.full(seen.shape, np.nan)
+    if len(table["key"]) == 0:
+        return out
+    if native is not None:
+        native.same_shape(table["key"], table["code"], table["r"], table["scale"],
+                          np.ascontiguousarray(group, dtype=np.int64), seen.view(np.uint8),
+                          _shape_codes(table, shape),
+                          np.empty((0, 2)) if scale is None else np.ascontiguousarray(scale),
+                          out)
+        return out
+    r, a = np.nonzero(seen)
+    pos, cand = _shapes_of(table["key"], group[r] + a)
+    r, a = r[pos], a[pos]
+    hit = table["text"][cand] == shape[r]
+    out[r[hit], a[hit]] = table["r"][cand[hit]]
+    if scale is None:
+        return out
+    # Only cells the exact shape left empty; several layouts of one cell: their mean.
+    cell = r * seen.shape[1] + a
+    same = (table["scale"][cand] == scale[r]).all(axis=1) & ~hit & np.isnan(out.flat[cell])
+    if same.any():
+        cells, inv = np.unique(cell[same], return_inverse=True)
+        np.put(out, cells, np.bincount(inv, weights=table["r"][cand[same]]) / np.bincount(inv))
+    return out
+
+
+def _nearest_shapes(table: _ShapeTable, group: np.ndarray, shape: np.ndarray,
+                    own: np.ndarray, reach: np.ndarray | None, native: ModuleType | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`TransferIndex._nearest_shapes` on the shape ``table``, by the compiled kernel
+    ``native`` or NumPy (None: the definition)."""
+    if len(table["key"]) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if native is not None:
+        i = np.empty(len(group) * SHAPE_NEAREST, dtype=np.intp)
+        entry = np.empty_like(i)
+        k = native.nearest_shapes(table["key"], table["code"], table["shape"],
+                                  np.ascontiguousarray(group, dtype=np.int64),
+                                  _shape_codes(table, shape),
+                                  np.ascontiguousarray(own, dtype=np.float64),
+                                  np.empty(0) if reach is None else
+                                  np.ascontiguousarray(reach, dtype=np.float64),
+                                  SHAPE_NEAREST, i, entry)
+        return i[:k].astype(np.int64), entry[:k].astype(np.int64)
+    r, cand = _shapes_of(table["key"], group)
+    keep = table["text"][cand] != shape[r]
+    if reach is not None:
+        keep &= within_reach(table["shape"][cand], own[r], reach)
+    if not keep.any():  # e.g. a seen configuration, the family's one shape there
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    r, cand = r[keep], cand[keep]
+    dist = np.abs(log_shape(table["shape"][cand]) - log_shape(own)[r]).sum(axis=1)
+    order = np.lexsort((dist, r))
+    r, cand = r[order], cand[order]
+    first = np.searchsorted(r, r, side="left")
+    near = np.arange(len(r)) - first < SHAPE_NEAREST
+    return r[near], cand[near]
+
+
+def _shape_codes(table: _ShapeTable, shape: np.ndarray) -> np.ndarray:
+    """Each of the ``shape`` texts' code in ``table`` (-1: a shape nobody ran)."""
+    code_of = table["code_of"]
+    return np.array([code_of.get(t, -1) for t in shape], dtype=np.intp)
+
+
+def _shape_moves(shapes: _ShapeTable, n_hw: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every move of one family's shape between two types in ``shapes``: ``(a, b)`` entries
     of the table, in both directions, and each entry's type column."""
@@ -935,7 +1043,7 @@ def _shape_moves(shapes: dict[str, np.ndarray], n_hw: int
     return order[a], order[b], hw
 
 
-def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
+def _fit_spec_rule(shapes: _ShapeTable, n_hw: int, specs: np.ndarray
                    ) -> float | None:
     """:meth:`TransferIndex.spec_rule` on the family x type x shape levels ``shapes``
     (``n_hw`` types' columns, ``specs`` their log FLOP/s and bandwidth)."""
@@ -967,7 +1075,7 @@ def _fit_spec_rule(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray
     return None if SPEC_RULE_SHARES[best] == 1.0 else float(SPEC_RULE_SHARES[best])
 
 
-def _fit_twin_distance(shapes: dict[str, np.ndarray], n_hw: int, specs: np.ndarray,
+def _fit_twin_distance(shapes: _ShapeTable, n_hw: int, specs: np.ndarray,
                        vendors: np.ndarray) -> float | None:
     """:meth:`TransferIndex.twin_distance` on the family x type x shape levels ``shapes``
     (``n_hw`` types' columns, ``specs`` their log FLOP/s and bandwidth, ``vendors``)."""
