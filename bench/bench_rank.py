@@ -226,10 +226,12 @@ def main() -> None:
         compile_artifact(serving.artifact, build=True)
     scoring = serving.artifact.extra.get("scoring")
     from leap.features.pair_rows import native_kernels
+    from leap.features.transfer import transfer_kernels
 
     pair_rows = "compiled" if native_kernels() is not None else "numpy"
-    print(f"model {serving.version} scoring: {scoring}, a request's pair rows: {pair_rows} "
-          f"({time.perf_counter() - t0:.0f} s)")
+    transfer = "compiled" if transfer_kernels() is not None else "numpy"
+    print(f"model {serving.version} scoring: {scoring}, a request's pair rows: {pair_rows}, "
+          f"transfer features: {transfer} ({time.perf_counter() - t0:.0f} s)")
     plain = Ranker(Registry(home / "models"), background_reload=False, compiled=False)
     jobs = recent_jobs(home, max(2000, args.equal))
     size = model_size(serving.artifact)
@@ -267,6 +269,7 @@ def main() -> None:
     out = {"bench": "rank", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
            "model": size, "scoring": scoring, "pair_rows": pair_rows,
+           "transfer_features": transfer,
            "model_version": serving.version, "candidates": len(CANDIDATES),
            "calls": args.calls, "latency": rows, "stages": stages,
            "cpu_ms_per_job_by_pass": passes, "equality": equal,

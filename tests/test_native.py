@@ -29,10 +29,10 @@ VOCAB = {"vendor": sorted({CAT[n].vendor for n in CAT}), "precision": list(PRECI
 def _fresh_check() -> Iterator[None]:
     """Each test decides afresh whether the kernels serve (the check is cached per process)."""
     pair_rows.native_kernels.cache_clear()
-    transfer._transfer_kernel.cache_clear()
+    transfer.transfer_kernels.cache_clear()
     yield
     pair_rows.native_kernels.cache_clear()
-    transfer._transfer_kernel.cache_clear()
+    transfer.transfer_kernels.cache_clear()
 
 
 def _built() -> Any:
@@ -48,7 +48,7 @@ def test_the_kernels_are_built_and_serve_where_a_c_compiler_is(
     monkeypatch.delenv(pair_rows.NATIVE_ENV, raising=False)
     assert pair_rows._native is not None, "pip install -e . should have built them"
     assert pair_rows.native_kernels() is pair_rows._native
-    assert transfer._transfer_kernel() is pair_rows._native
+    assert transfer.transfer_kernels() is pair_rows._native
 
 
 def _maybe(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -155,7 +155,7 @@ def test_compiled_shape_lookups_equal_the_numpy_ones(seed: int, m: int, types: i
 def test_the_numpy_code_serves_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(pair_rows.NATIVE_ENV, "0")
     assert pair_rows.native_kernels() is None
-    assert transfer._transfer_kernel() is None
+    assert transfer.transfer_kernels() is None
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_a_transfer_kernel_laid_out_for_another_leap_never_serves(
         other: SimpleNamespace, caplog: pytest.LogCaptureFixture) -> None:
     other.TRANSFER_LEVELS = other.TRANSFER_LEVELS[::-1]
     with caplog.at_level(logging.WARNING, "leap.features"):
-        assert transfer._transfer_kernel() is None
+        assert transfer.transfer_kernels() is None
     assert "transfer features are laid out for another leap" in caplog.text
     assert pair_rows.native_kernels() is other  # the other kernels still serve
 
@@ -215,7 +215,7 @@ def test_a_transfer_kernel_that_disagrees_on_the_probe_never_serves(
 
     other.transfer_rows = drop_one
     with caplog.at_level(logging.WARNING, "leap.features"):
-        assert transfer._transfer_kernel() is None
+        assert transfer.transfer_kernels() is None
     assert "transfer features disagree with NumPy" in caplog.text
 
 
@@ -231,5 +231,5 @@ def test_a_shape_kernel_that_disagrees_on_the_probe_never_serves(
 
     other.nearest_shapes = last_first
     with caplog.at_level(logging.WARNING, "leap.features"):
-        assert transfer._transfer_kernel() is None
+        assert transfer.transfer_kernels() is None
     assert "transfer features disagree with NumPy" in caplog.text

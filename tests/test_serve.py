@@ -26,6 +26,7 @@ import leap.serve.app as app_module
 from conftest import SERVER_STOP_S
 from leap.config import Workspace
 from leap.features.pair_rows import native_kernels
+from leap.features.transfer import transfer_kernels
 from leap.model.artifact import Registry
 from leap.rank.decisions import decisions_path, read_decisions
 from leap.rank.ranker import Ranker
@@ -253,6 +254,8 @@ def test_health_and_model_info(http: httpx.Client, ranker: Ranker) -> None:  # n
     assert "train_rows" in info.metrics
     assert "H100-SXM" in info.hardware
     assert info.pair_rows == ("compiled" if native_kernels() is not None else "numpy")
+    assert info.transfer_features == ("compiled" if transfer_kernels() is not None
+                                      else "numpy")
 
 
 def _metrics(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

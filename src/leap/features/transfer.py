@@ -452,7 +452,7 @@ class TransferIndex:
                                  self.sxx, slot, found, own, self._view(catalog).specs, t,
                                  phys_b, virt, phys_a, share, self._view(catalog).vendors,
                                  t_vendor, np.nan if radius is None else radius, pick),
-                     _transfer_kernel() if len(rows) <= SMALL else None)
+                     transfer_kernels() if len(rows) <= SMALL else None)
         for name, values in zip(CORE_FEATURES, core.features, strict=True):
             out[name][rows] = values
         if pick:
@@ -531,7 +531,7 @@ class TransferIndex:
         physics estimate behind the residual already prices the layout's communication.
         """
         return _same_shape(self._shapes, group, seen, shape, scale,
-                           _transfer_kernel() if len(group) <= SMALL else None)
+                           transfer_kernels() if len(group) <= SMALL else None)
 
     def _shape_carry(self, pairs: PairModel, group: np.ndarray, shape: np.ndarray,
                      on: Columns, catalog: Catalog) -> np.ndarray:
@@ -589,7 +589,7 @@ class TransferIndex:
         never that shape itself, within ``reach`` of it where given
         (:func:`~leap.features.pair_rows.within_reach`); by ``i``, nearest first."""
         return _nearest_shapes(self._shapes, group, shape, own, reach,
-                               _transfer_kernel() if len(group) <= SMALL else None)
+                               transfer_kernels() if len(group) <= SMALL else None)
 
     def _shape_carry_by_moves(self, group: np.ndarray, own: np.ndarray, shape: np.ndarray,
                               job_shape: np.ndarray) -> np.ndarray:
@@ -708,7 +708,7 @@ CORE_FEATURES = ("xfer_g_r", "xfer_gamma", "xfer_d_r", "xfer_r", "xfer_n_types",
 
 def _core(x: _CoreInputs, native: ModuleType | None) -> _Core:
     """The transfer features of rows of known families that need no shape table and no pair
-    model, by the compiled kernel ``native`` (:func:`_transfer_kernel`), or NumPy (None: the
+    model, by the compiled kernel ``native`` (:func:`transfer_kernels`), or NumPy (None: the
     definition)."""
     if native is not None:
         return _core_native(x, native)
@@ -816,11 +816,12 @@ def _core_native(x: _CoreInputs, native: ModuleType) -> _Core:
 
 
 @functools.cache
-def _transfer_kernel() -> ModuleType | None:
-    """The compiled :func:`_core` (:mod:`leap.features._native`), or None where there are no
-    compiled kernels (:func:`~leap.features.pair_rows.native_kernels`) or this one disagrees
-    with NumPy: laid out otherwise, or off by more than 1e-12 on :func:`_probe_inputs`.
-    Checked once per process."""
+def transfer_kernels() -> ModuleType | None:
+    """The compiled :func:`_core`, :func:`_same_shape` and :func:`_nearest_shapes`
+    (:mod:`leap.features._native`), or None where there are no compiled kernels
+    (:func:`~leap.features.pair_rows.native_kernels`) or these disagree with NumPy: laid out
+    otherwise, or off by more than 1e-12 on :func:`_probe_inputs` and :func:`_probe_shapes`
+    (or choosing other types or shapes). Checked once per process."""
     native = native_kernels()
     if native is None:
         return None

@@ -54,6 +54,7 @@ import pandas as pd
 from leap.catalog import Catalog
 from leap.errors import CatalogError, ConfigError, DataError, LeapError, did_you_mean
 from leap.features.pair_rows import native_kernels
+from leap.features.transfer import transfer_kernels
 from leap.model.artifact import Artifact, Registry
 from leap.rank.policy import (
     DEFAULT_PREMIUM_MIN_SPEEDUP,
@@ -288,6 +289,7 @@ class Ranker:
             "loaded_at": s.loaded_at.isoformat(), "metrics": m.get("metrics", {}),
             "scoring": s.artifact.extra.get("scoring", "lightgbm"),
             "pair_rows": "compiled" if native_kernels() is not None else "numpy",
+            "transfer_features": "compiled" if transfer_kernels() is not None else "numpy",
             "catalog_fingerprint": m.get("catalog_fingerprint"),
             "hardware": list(s.artifact.catalog)})
         return info

@@ -23,6 +23,7 @@ from leap.features.columns import Columns
 from leap.features.encode import FEATURE_NAMES
 from leap.features.pair_rows import native_kernels
 from leap.features.physics import hardware_specs, peak_flops
+from leap.features.transfer import transfer_kernels
 from leap.model.artifact import LATEST, Artifact, Registry
 
 log = logging.getLogger("leap.rank")
@@ -70,7 +71,9 @@ class Serving:
         # The smallest device memory each family has succeeded on: a type with at least that
         # much memory fits the family, whatever the (conservative) physics estimate says.
         artifact.snapshot.warm(artifact.catalog)
-        native_kernels()  # checked once per process: not on the first request
+        # The compiled kernels are checked once per process: here, not on the first request.
+        native_kernels()
+        transfer_kernels()
         fam_hw = artifact.snapshot.tables["fam_hw"]
         memory = {n: h.memory_gb for n, h in artifact.catalog.items()}
         per_row = fam_hw["hardware"].astype(str).map(memory)

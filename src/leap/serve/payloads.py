@@ -276,6 +276,9 @@ class ModelInfo(BaseModel):
     pair_rows: str | None = Field(default=None, description="How a request's pair-model rows "
                                   "are computed: 'compiled' (leap.features._native, checked "
                                   "equal to NumPy) or 'numpy'.")
+    transfer_features: str | None = Field(
+        default=None, description="How a request's transfer features and shape-table lookups "
+        "are computed: 'compiled' (leap.features._native, checked equal to NumPy) or 'numpy'.")
     metrics: dict[str, Any] = Field(default_factory=dict)
     catalog_fingerprint: str | None = None
     hardware: list[str] = Field(default_factory=list)
