@@ -203,33 +203,34 @@ def test_a_transfer_kernel_laid_out_for_another_leap_never_serves(
     assert pair_rows.native_kernels() is other  # the other kernels still serve
 
 
-def test_a_transfer_kernel_that_disagrees_on_the_probe_never_serves(
-        other: SimpleNamespace, caplog: pytest.LogCaptureFixture) -> None:
-    """One type fewer chosen for the pair estimate is a disagreement too."""
-    built = other.transfer_rows
-
-    def drop_one(*args: Any) -> None:
-        built(*args)
-        use = args[-4]
-        use[np.flatnonzero(use.any(axis=1))[:1]] = False
-
-    other.transfer_rows = drop_one
-    with caplog.at_level(logging.WARNING, "leap.features"):
-        assert transfer.transfer_kernels() is None
-    assert "transfer features disagree with NumPy" in caplog.text
+def _drop_one_type(args: tuple[Any, ...], result: Any) -> None:
+    use = args[-4]
+    use[np.flatnonzero(use.any(axis=1))[:1]] = False
 
 
-def test_a_shape_kernel_that_disagrees_on_the_probe_never_serves(
-        other: SimpleNamespace, caplog: pytest.LogCaptureFixture) -> None:
-    """The nearest shapes in another order of ties, say."""
-    built = other.nearest_shapes
+def _last_shape_first(args: tuple[Any, ...], result: Any) -> None:
+    args[-1][:result] = args[-1][:result][::-1].copy()
 
-    def last_first(*args: Any) -> int:
-        n = built(*args)
-        args[-1][:n] = args[-1][:n][::-1].copy()
-        return n
 
-    other.nearest_shapes = last_first
+def _nudge_a_level(args: tuple[Any, ...], result: Any) -> None:
+    args[-1][np.isfinite(args[-1])] += 1e-9
+
+
+@pytest.mark.parametrize(("kernel", "spoil"), [
+    ("transfer_rows", _drop_one_type),       # one type fewer for the pair estimate
+    ("nearest_shapes", _last_shape_first),   # the nearest shapes in another order
+    ("same_shape", _nudge_a_level)])         # a level off by more than 1e-12
+def test_transfer_kernels_that_disagree_on_the_probe_never_serve(
+        other: SimpleNamespace, caplog: pytest.LogCaptureFixture, kernel: str,
+        spoil: Any) -> None:
+    built = getattr(other, kernel)
+
+    def spoiled(*args: Any) -> Any:
+        result = built(*args)
+        spoil(args, result)
+        return result
+
+    setattr(other, kernel, spoiled)
     with caplog.at_level(logging.WARNING, "leap.features"):
         assert transfer.transfer_kernels() is None
     assert "transfer features disagree with NumPy" in caplog.text
