@@ -1,21 +1,26 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
-"""The pair model's rows of a few jobs, compiled: :func:`leap.features.pair_rows.pair_matrix`
-and :func:`~leap.features.pair_rows.shape_matrix` for the rows of one launch-time request, and
-:func:`~leap.features.pair_rows.row_median` of the few estimates a request's rows read.
+"""A request's encode, compiled: :func:`leap.features.pair_rows.pair_matrix` and
+:func:`~leap.features.pair_rows.shape_matrix` (the pair model's rows), and
+:func:`~leap.features.pair_rows.row_median` of the few estimates a request's rows read;
+:func:`leap.features.transfer._core` (the transfer features' arithmetic and the types the pair
+estimate reads), :func:`~leap.features.transfer._same_shape` and
+:func:`~leap.features.transfer._nearest_shapes` (the shape-table lookups).
 
-The NumPy code in :mod:`leap.features.pair_rows` and :mod:`leap.features.physics` is the
-definition: these loops compute the same values, operation for operation, in one pass over a
-request's few dozen rows, where NumPy spends a few microseconds of call overhead per array
-operation (on a request's rows, the two matrices took about a quarter of the encode). Nothing
-here decides anything: :mod:`leap.features.pair_rows` reads :data:`SPEC_COLUMNS`,
-:data:`PAIR_FEATURES` and :data:`SHAPE_FEATURES` and uses these kernels only where the three
-agree with its own, and the tests hold both ways equal on random rows.
+The NumPy code in :mod:`leap.features.pair_rows`, :mod:`leap.features.physics` and
+:mod:`leap.features.transfer` is the definition: these loops compute the same values,
+operation for operation, in one pass over a request's few dozen rows, where NumPy spends a
+few microseconds of call overhead per array operation. Nothing here decides anything: the
+Python side reads the layouts declared below and uses these kernels only where they agree with
+its own and with NumPy on probes (:func:`leap.features.pair_rows.native_kernels`,
+:func:`leap.features.transfer.transfer_kernels`), and the tests hold both ways equal on random
+inputs.
 
-Inputs: ``job``, a (jobs, 11) matrix of :data:`JOB_COLUMNS` (NaN where missing); ``kind``,
-each job's peak FLOP/s kind (:data:`leap.features.physics.PEAK_KIND`); ``precision`` and
-``category``, its vocabulary codes (NaN outside); ``specs``, a (types, :data:`SPEC_COLUMNS`)
-matrix; ``vendor``, each type's vocabulary code.
+Inputs of the pair and shape rows: ``job``, a (jobs, 11) matrix of :data:`JOB_COLUMNS` (NaN
+where missing); ``kind``, each job's peak FLOP/s kind
+(:data:`leap.features.physics.PEAK_KIND`); ``precision`` and ``category``, its vocabulary
+codes (NaN outside); ``specs``, a (types, :data:`SPEC_COLUMNS`) matrix; ``vendor``, each
+type's vocabulary code. The transfer kernels take what their NumPy twins take, as arrays.
 """
 
 from libc.math cimport INFINITY, NAN, fabs, fmax, isfinite, isnan, log, log1p, sqrt

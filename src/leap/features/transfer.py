@@ -409,6 +409,10 @@ class TransferIndex:
         - ``xfer_n_types``: types the family ran on besides this one; ``xfer_pair_n``:
           families behind the model-type differences used; ``xfer_sd``: spread of the
           per-type estimates; ``xfer_dist``: spec distance to the nearest type it ran on.
+
+        The arithmetic is :func:`_core`, the shape-table lookups :func:`_same_shape` and
+        :func:`_nearest_shapes`; blocks of up to :data:`SMALL` rows (a request's) run their
+        compiled twins where :func:`transfer_kernels` finds them equal.
         """
         n = len(hardware)
         # One block, a row per feature: one allocation where a request has a few dozen rows.
