@@ -9,7 +9,7 @@ arithmetic, so the features cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,8 +24,6 @@ from leap.data.schema import JOB_COLUMNS
 SMALL = 2048
 #: Rows :func:`stack` gathers at a time for a large matrix.
 STACK_BLOCK_ROWS = 4096
-
-_T = TypeVar("_T")
 
 
 class Columns:
@@ -127,24 +125,26 @@ class Columns:
         return Columns({**self._arrays, **arrays}, self.n, same_job,
                        self._memo if same_job else None)
 
-    def per_job(self, key: str, make: Callable[[Columns], _T]) -> _T:
-        """``make(self)``, a value of the job alone (never of its types), computed once for
-        one job's rows: those of a request and every :meth:`take` or :meth:`with_hardware`
-        of them share it under ``key``. For other rows, computed each time.
+    def per_job(self, key: str, make: Callable[[Columns], np.ndarray]) -> np.ndarray:
+        """``make(self)``: per-row values of the job alone (never of its types). One job's
+        rows (a request's, and every :meth:`take` or :meth:`with_hardware` of them) compute
+        them once under ``key`` and repeat the first row's; other rows compute them every
+        time.
 
         >>> cols = Columns.from_request({"family_id": "f", "batch_size": 8}, ["T4", "L4"])
         >>> calls = []
         >>> def batch(c):
-        ...     calls.append(1)
-        ...     return float(c.num("batch_size")[0])
-        >>> cols.per_job("batch", batch), cols.take([1]).per_job("batch", batch), len(calls)
-        (8.0, 8.0, 1)
+        ...     calls.append(len(c))
+        ...     return c.num("batch_size") * 2
+        >>> cols.per_job("b", batch).tolist(), cols.take([1]).per_job("b", batch).tolist(), calls
+        ([16.0, 16.0], [16.0], [2])
         """
-        if self._memo is None:
+        if self._memo is None or not self.n:
             return make(self)
         if key not in self._memo:
-            self._memo[key] = make(self)
-        return self._memo[key]
+            # On these rows, not a one-row copy: their columns are read already (cached).
+            self._memo[key] = make(self)[:1]
+        return self._memo[key][np.zeros(self.n, dtype=np.intp)]
 
     def codes(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's index among the distinct combinations of the columns ``names`` (absent

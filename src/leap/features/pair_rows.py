@@ -126,10 +126,7 @@ SHAPE_PAIR_NEAREST = SHAPE_NEAREST + 1
 def job_folds(jobs: Columns, job: np.ndarray) -> np.ndarray:
     """:func:`family_fold` of row ``job[i]`` of ``jobs`` for each ``i`` (one job's rows, a
     request's: hashed once)."""
-    if jobs.one_job and len(jobs):
-        return np.full(len(job), jobs.per_job(
-            "fold", lambda c: int(family_fold(c.obj("family_id")[:1])[0])), dtype=np.int64)
-    return family_fold(jobs.obj("family_id"))[job]
+    return jobs.per_job("fold", lambda c: family_fold(c.obj("family_id")))[job]
 
 
 def family_fold(family_id: np.ndarray) -> np.ndarray:
@@ -265,14 +262,7 @@ def within_reach(a_shape: np.ndarray, b_shape: np.ndarray, reach: np.ndarray) ->
 def shape_of(on: Columns) -> np.ndarray:
     """The ``(n, 3)`` shape of each row (:data:`SHAPE_COLUMNS`; NaN where missing): one job's
     rows (a request's) parse it once."""
-    if on.one_job and len(on):
-        first = np.zeros(len(on), dtype=np.intp)
-        return on.per_job("shape", lambda c: _shapes(c.take(first[:1])))[first]
-    return _shapes(on)
-
-
-def _shapes(on: Columns) -> np.ndarray:
-    return np.column_stack([on.num(c) for c in SHAPE_COLUMNS])
+    return on.per_job("shape", lambda c: np.column_stack([c.num(x) for x in SHAPE_COLUMNS]))
 
 
 def _shape_logs(on: Columns) -> dict[str, np.ndarray]:
@@ -397,21 +387,14 @@ def _job_inputs(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The job inputs of the compiled kernels, a row per row of ``jobs``: numbers, peak
     kind, vocabulary codes (one job's rows, a request's: computed once, then repeated)."""
-    if jobs.one_job and len(jobs):
-        first = np.zeros(len(jobs), dtype=np.intp)
-        one = jobs.per_job(f"kernel job inputs {id(vocab)}",
-                           lambda c: _job_rows(native, c.take(first[:1]), vocab))
-        return one[0][first], one[1][first], one[2][first], one[3][first]
-    return _job_rows(native, jobs, vocab)
-
-
-def _job_rows(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    precision = jobs.obj("precision")
-    return (np.column_stack([jobs.num(c) for c in native.JOB_COLUMNS]),
-            np.array([PEAK_KIND.get(p, 3) for p in precision], dtype=np.intp),
-            vocab_codes(precision, vocab["precision"]),
-            vocab_codes(jobs.obj("model_category"), vocab["model_category"]))
+    return (jobs.per_job("kernel numbers", lambda c: np.column_stack(
+                [c.num(x) for x in native.JOB_COLUMNS])),
+            jobs.per_job("peak kind", lambda c: np.array(
+                [PEAK_KIND.get(p, 3) for p in c.obj("precision")], dtype=np.intp)),
+            jobs.per_job(f"precision code {id(vocab)}", lambda c: vocab_codes(
+                c.obj("precision"), vocab["precision"])),
+            jobs.per_job(f"category code {id(vocab)}", lambda c: vocab_codes(
+                c.obj("model_category"), vocab["model_category"])))
 
 
 def _type_inputs(names: np.ndarray, catalog: Catalog, vocab: dict[str, list[str]]

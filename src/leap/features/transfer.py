@@ -452,10 +452,11 @@ class TransferIndex:
         pick = self.pairs is not None and jobs is not None
         radius = self.twin_distance(catalog) if pick and virt.any() else None
         slot, found = self._slots_of(keys, rows, jobs is not None and jobs.one_job)
+        view = self._view(catalog)
         core = _core(_CoreInputs(level, self.level_y[f], b, self.diff, self.counts, self.slope,
-                                 self.sxx, slot, found, own, self._view(catalog).specs, t,
-                                 phys_b, virt, phys_a, share, self._view(catalog).vendors,
-                                 t_vendor, np.nan if radius is None else radius, pick),
+                                 self.sxx, slot, found, own, view.specs, t, phys_b, virt,
+                                 phys_a, share, view.vendors, t_vendor,
+                                 np.nan if radius is None else radius, pick),
                      transfer_kernels() if len(rows) <= SMALL else None)
         for name, values in zip(CORE_FEATURES, core.features, strict=True):
             out[name][rows] = values
