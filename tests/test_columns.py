@@ -72,55 +72,83 @@ def test_stack_of_many_rows_is_the_column_stack() -> None:
     np.testing.assert_array_equal(few, want[:5])
 
 
-@settings(max_examples=40, deadline=None)
-@given(types=st.lists(st.sampled_from(["T4", "L4", "A10", "H100-SXM"]), min_size=1,
-                      max_size=12),
-       rows=st.lists(st.integers(0, 11), max_size=20))
-def test_codes_of_one_jobs_rows_are_those_of_any_rows(types: list[str], rows: list[int]) -> None:
-    """A request's rows (one job on each type) take a shortcut through `codes`: it must number
-    them as the general path numbers the same rows, after `take` and `with_hardware` too."""
-    job = {"family_id": "f", "trainer_count": 2, "batch_size": 64, "precision": "bf16"}
-    one = Columns.from_request(job, types)
-    frame = pd.DataFrame([{**job, "hardware": t} for t in types])
-    general = Columns.from_frame(frame)
-    taken = [r for r in rows if r < len(types)]
-    names = ["family_id", "trainer_count", "hardware", "seq_len"]
-    for a, b in ((one, general), (one.take(np.array(taken, dtype=np.int64)),
-                                  general.take(np.array(taken, dtype=np.int64))),
-                 (one.with_hardware(np.array(types[::-1], dtype=object)),
-                  general.with_hardware(np.array(types[::-1], dtype=object)))):
-        for cols in (names, names[:2]):
+#: Jobs a pass of requests draws from: two alike but for the batch, one without it.
+_JOBS = [{"family_id": "f", "trainer_count": 2, "batch_size": 64, "precision": "bf16"},
+         {"family_id": "f", "trainer_count": 2, "batch_size": 32, "precision": "bf16"},
+         {"family_id": "g", "trainer_count": 1, "precision": "bf16"}]
+_TYPES = st.lists(st.sampled_from(["T4", "L4", "A10", "H100-SXM"]), min_size=1, max_size=8)
+
+
+def _requests(picks: list[tuple[int, list[str]]]) -> tuple[Columns, Columns]:
+    """A pass of requests (job ``i`` of :data:`_JOBS` on its types, one after another) and
+    the same rows as any rows (a replaced job column: no job)."""
+    merged = Columns.concat([Columns.from_request(_JOBS[i], types) for i, types in picks])
+    return merged, merged.replace({"family_id": merged.obj("family_id")})
+
+
+@settings(max_examples=60, deadline=None)
+@given(picks=st.lists(st.tuples(st.integers(0, 2), _TYPES), min_size=1, max_size=3),
+       rows=st.lists(st.integers(0, 23), max_size=20))
+def test_codes_of_requests_rows_are_those_of_any_rows(picks: list[tuple[int, list[str]]],
+                                                      rows: list[int]) -> None:
+    """Requests' rows (each job on its types) take a shortcut through `codes`: a job's rows
+    differ in their types alone. It must number them as the general path numbers the same
+    rows, after `take` and `with_hardware` too. Where a named column is missing in some rows
+    (a job without it beside one with it), the general path splits each such row off; the
+    shortcut keeps a job's rows together, and never joins rows whose values differ."""
+    one, general = _requests(picks)
+    assert one.jobs == len(picks) and general.job is None
+    taken = np.array([r for r in rows if r < len(one)], dtype=np.int64)
+    swapped = one.obj("hardware")[::-1].copy()
+    names = ["family_id", "trainer_count", "hardware", "batch_size", "seq_len"]
+    for a, b in ((one, general), (one.take(taken), general.take(taken)),
+                 (one.with_hardware(swapped), general.with_hardware(swapped))):
+        assert a.job is not None
+        for cols in (names, names[:2], names[2:4], ["hardware"], ["seq_len"]):
             got, want = a.codes(cols), b.codes(cols)
-            assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
-    # Rows whose job columns were replaced are no longer one job's.
-    moved = one.replace({"batch_size": np.arange(len(types)) + 1})
-    assert moved.codes(["batch_size"])[0].tolist() == list(range(len(types)))
+            frame = pd.DataFrame({c: b.obj(c) for c in cols})
+            if not frame.isna().any().any():
+                assert got[0].tolist() == want[0].tolist()
+                assert got[1].tolist() == want[1].tolist()
+            # Rows of a code hold the same values; codes come in order of first appearance.
+            groups = frame.groupby(list(cols), dropna=False, sort=False).ngroup().to_numpy()
+            for code in np.unique(got[0]):
+                assert len(set(groups[got[0] == code])) == 1
+            assert got[1].tolist() == [int(np.flatnonzero(got[0] == c)[0])
+                                       for c in range(len(got[1]))]
 
 
 @settings(max_examples=30, deadline=None)
 @given(types=st.lists(st.sampled_from(["T4", "L4", "A10", "H100-SXM", "MI300X"]), min_size=1,
                       max_size=8),
        rows=st.lists(st.integers(0, 7), min_size=1, max_size=12),
-       batch=st.sampled_from([None, 0, 64]), precision=st.sampled_from([None, "bf16", "x"]))
-def test_what_one_jobs_rows_compute_once_is_what_any_rows_compute(
-        types: list[str], rows: list[int], batch: int | None, precision: str | None) -> None:
-    """A request's rows compute the values of their job alone once (`Columns.per_job`): the
-    compiled kernels' job inputs, the shape and the family's half must be those the general
-    path computes on the same rows, after `take` and `with_hardware` too, and a replaced job
-    column must not read a value computed before."""
+       batch=st.sampled_from([None, 0, 64]), precision=st.sampled_from([None, "bf16", "x"]),
+       jobs=st.integers(1, 3))
+def test_what_requests_rows_compute_once_is_what_any_rows_compute(
+        types: list[str], rows: list[int], batch: int | None, precision: str | None,
+        jobs: int) -> None:
+    """Requests' rows compute the values of their job alone once a job (`Columns.per_job`):
+    the compiled kernels' job inputs, the shape and the family's half must be those the
+    general path computes on the same rows, after `take` and `with_hardware` too, and a
+    replaced job column must not read a value computed before. A pass of ``jobs`` requests:
+    the job, the same with a larger batch, and another family with no precision."""
     from leap.features import pair_rows
 
     native = pair_rows._native
     job = {"family_id": "fam-7", "trainer_count": 2, "batch_size": batch,
            "devices_per_trainer": 4, "precision": precision, "model_category": "vision",
            "num_params": 3e8}
+    others = [{**job, "batch_size": 128}, {**job, "family_id": "fam-8", "precision": None}]
     vocab = {"precision": ["bf16", "fp16"], "model_category": ["language", "vision"]}
-    one = Columns.from_request(job, types)
-    general = Columns.from_frame(pd.DataFrame([{**job, "hardware": t} for t in types]))
-    taken = np.array([r % len(types) for r in rows], dtype=np.int64)
-    swapped = np.array(types[::-1], dtype=object)
+    parts = [(job, types), *[(o, types[::-1]) for o in others][:jobs - 1]]
+    one = Columns.concat([Columns.from_request(j, t) for j, t in parts])
+    general = Columns.from_frame(pd.DataFrame([{**j, "hardware": h} for j, t in parts
+                                               for h in t]))
+    taken = np.array([r % len(one) for r in rows], dtype=np.int64)
+    swapped = one.obj("hardware")[::-1].copy()
     for a, b in ((one, general), (one.take(taken), general.take(taken)),
-                 (one.with_hardware(swapped), general.with_hardware(swapped))):
+                 (one.with_hardware(swapped), general.with_hardware(swapped)),
+                 (one.take(taken[::-1]), general.take(taken[::-1]))):
         np.testing.assert_array_equal(pair_rows.shape_of(a), pair_rows.shape_of(b))
         idx = np.arange(len(a))[::-1]
         np.testing.assert_array_equal(pair_rows.job_folds(a, idx), pair_rows.job_folds(b, idx))
@@ -128,6 +156,7 @@ def test_what_one_jobs_rows_compute_once_is_what_any_rows_compute(
             for x, y in zip(pair_rows._job_inputs(native, a, vocab),
                             pair_rows._job_inputs(native, b, vocab), strict=True):
                 np.testing.assert_array_equal(x, y)
+    one = Columns.from_request(job, types)
     moved = one.replace({"batch_size": np.arange(len(types)) + 1.0})
     assert not moved.one_job
     np.testing.assert_array_equal(pair_rows.shape_of(moved)[:, 2], np.arange(len(types)) + 1.0)

@@ -12,6 +12,7 @@ import pytest
 
 import leap.features.history as history_module
 from leap.catalog import Catalog
+from leap.features.columns import groups
 from leap.features.history import LEVELS, TRANSFER, HistoryBuilder, prepare_history
 
 
@@ -112,14 +113,25 @@ def test_snapshots_give_what_sql_gives_over_the_same_rows(day: int) -> None:
             keys = {k: got[k].astype(str).to_numpy(dtype=object) for k in level.keys}
             np.testing.assert_array_equal(snap.lookup(keys, level),
                                           got[list(level.stats)].to_numpy(dtype=np.float64))
-            # One job's rows on every type (a request's): a key of the job alone is looked
-            # up once for all of them, as each row alone would find it.
+            # Requests' rows (each job on several types): a key of the job alone is looked
+            # up once a job, as each row alone would find it. One job, then three (two of
+            # them the same key, one with no history), their rows out of order.
             if len(got):
                 one = {k: np.repeat(v[:1], 4) for k, v in keys.items()}
                 for k in set(level.keys) & {"hardware", "vendor"}:
                     one[k] = np.array(["A100", "nowhere", keys[k][0], keys[k][-1]], dtype=object)
-                np.testing.assert_array_equal(snap.lookup(one, level, one_job=True),
-                                              snap.lookup(one, level))
+                np.testing.assert_array_equal(
+                    snap.lookup(one, level, (np.zeros(1, dtype=np.intp),
+                                             np.zeros(4, dtype=np.intp))),
+                    snap.lookup(one, level))
+                job = np.array([2, 0, 0, 1, 2, 1, 0])
+                three = {k: np.array([v[-1], v[0], "nobody"], dtype=object)[job]
+                         for k, v in keys.items()}
+                for k in set(level.keys) & {"hardware", "vendor"}:
+                    three[k] = np.resize(np.array([keys[k][0], "nowhere", keys[k][-1]],
+                                                  dtype=object), len(job))
+                np.testing.assert_array_equal(snap.lookup(three, level, groups(job)),
+                                              snap.lookup(three, level))
         # The transfer table's families: each (family, type)'s median residual and physics.
         fh = con.execute("SELECT family_id, hardware, median(r) AS r, median(y - r) AS phys "
                          "FROM h WHERE submitted_at < $as_of GROUP BY ALL", {"as_of": as_of}).df()

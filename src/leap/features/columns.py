@@ -36,20 +36,29 @@ class Columns:
     (2, [2.0, 2.0], ['T4', 'L4'])
     """
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], n: int, one_job: bool = False,
+    def __init__(self, arrays: Mapping[str, np.ndarray], n: int,
+                 job: np.ndarray | None = None, jobs: int = 0,
                  memo: dict[str, Any] | None = None) -> None:
         self._arrays = dict(arrays)
         self.n = n
-        # Every row the same job on its own type (a request's rows, and rows taken from
-        # them): rows differ in ``hardware`` alone, which :meth:`codes` reads, and what
-        # depends on the job alone is computed once for all of them (:meth:`per_job`).
-        self.one_job = one_job
-        self._memo = (memo if memo is not None else {}) if one_job else None
+        # Requests' rows (one job on each of its types, several requests one after another,
+        # and rows taken from them): ``job`` numbers each row's job among ``jobs``. Rows of
+        # one job differ in ``hardware`` alone, which :meth:`codes` reads, and what depends
+        # on the job alone is computed once a job (:meth:`per_job`, :meth:`job_groups`).
+        self.job = job
+        self.jobs = jobs if job is not None else 0
+        self._memo = (memo if memo is not None else {}) if job is not None else None
+        self._groups: tuple[np.ndarray, np.ndarray] | None = None
         # What num() and obj() returned for a few rows, read-only: one request's encode
         # asks for about 100 columns, 40 of them again. (A block of training rows is not
         # cached: its copies would add to a night's peak.)
         self._num: dict[str, np.ndarray] | None = {} if n <= SMALL else None
         self._obj: dict[str, np.ndarray] | None = {} if n <= SMALL else None
+
+    @property
+    def one_job(self) -> bool:
+        """Every row the same job (a request's rows, and rows taken from them)."""
+        return self.jobs == 1
 
     def __len__(self) -> int:
         return self.n
@@ -86,12 +95,13 @@ class Columns:
                 arr[:] = [v] * n
                 arrays[c] = arr
         arrays["hardware"] = np.asarray(list(hardware), dtype=object)
-        return cls(arrays, n, one_job=True)
+        return cls(arrays, n, np.zeros(n, dtype=np.intp), 1)
 
     @classmethod
     def concat(cls, parts: Sequence[Columns]) -> Columns:
         """The rows of ``parts`` one after another. A column some parts lack is missing in
-        their rows: NaN in a numeric column, None in any other.
+        their rows: NaN in a numeric column, None in any other. Requests' rows stay each their
+        job's (:attr:`job`), numbered in the order of ``parts``.
 
         >>> c = Columns.concat([Columns.from_request({"family_id": "f", "batch_size": 8},
         ...                                          ["T4"]),
@@ -108,12 +118,18 @@ class Columns:
                 p._arrays[c] if c in p._arrays else
                 np.full(p.n, np.nan) if numeric else np.full(p.n, None, dtype=object)
                 for p in parts])
-        return cls(arrays, sum(p.n for p in parts))
+        n = sum(p.n for p in parts)
+        if any(p.job is None for p in parts):
+            return cls(arrays, n)
+        offsets = np.cumsum([0] + [p.jobs for p in parts])
+        job = np.concatenate([p.job + o for p, o in zip(parts, offsets, strict=False)]) \
+            if parts else np.zeros(0, dtype=np.intp)
+        return cls(arrays, n, job, int(offsets[-1]))
 
     def take(self, rows: np.ndarray) -> Columns:
         """The rows at positions ``rows`` (repeats allowed), every column."""
-        return Columns({c: a[rows] for c, a in self._arrays.items()}, len(rows), self.one_job,
-                       self._memo)
+        return Columns({c: a[rows] for c, a in self._arrays.items()}, len(rows),
+                       None if self.job is None else self.job[rows], self.jobs, self._memo)
 
     def with_hardware(self, hardware: np.ndarray) -> Columns:
         """The same rows on the types in ``hardware`` (one per row)."""
@@ -121,15 +137,14 @@ class Columns:
 
     def replace(self, arrays: Mapping[str, np.ndarray]) -> Columns:
         """The same rows with the columns in ``arrays`` (one value per row) replaced."""
-        same_job = self.one_job and set(arrays) <= {"hardware"}
-        return Columns({**self._arrays, **arrays}, self.n, same_job,
-                       self._memo if same_job else None)
+        if set(arrays) <= {"hardware"}:
+            return Columns({**self._arrays, **arrays}, self.n, self.job, self.jobs, self._memo)
+        return Columns({**self._arrays, **arrays}, self.n)
 
     def per_job(self, key: str, make: Callable[[Columns], np.ndarray]) -> np.ndarray:
-        """``make(self)``: per-row values of the job alone (never of its types). One job's
-        rows (a request's, and every :meth:`take` or :meth:`with_hardware` of them) compute
-        them once under ``key`` and repeat the first row's; other rows compute them every
-        time.
+        """``make(self)``: per-row values of the job alone (never of its types). Requests'
+        rows (and every :meth:`take` or :meth:`with_hardware` of them) compute them once a
+        job under ``key`` and repeat each job's first row; other rows compute them every time.
 
         >>> cols = Columns.from_request({"family_id": "f", "batch_size": 8}, ["T4", "L4"])
         >>> calls = []
@@ -139,12 +154,35 @@ class Columns:
         >>> cols.per_job("b", batch).tolist(), cols.take([1]).per_job("b", batch).tolist(), calls
         ([16.0, 16.0], [16.0], [2])
         """
-        if self._memo is None or not self.n:
+        if self.job is None or self._memo is None or not self.n:
             return make(self)
-        if key not in self._memo:
-            # On these rows, not a one-row copy: their columns are read already (cached).
-            self._memo[key] = make(self)[:1]
-        return self._memo[key][np.zeros(self.n, dtype=np.intp)]
+        held = self._memo.get(key)
+        if held is None or not held[1][self.job].all():
+            # On these rows, not a copy of each job's first: their columns are read already
+            # (cached). A job's rows hold the same values: whichever is written last is kept.
+            values = make(self)
+            if held is None:
+                held = self._memo[key] = (np.empty((self.jobs, *values.shape[1:]), values.dtype),
+                                          np.zeros(self.jobs, dtype=bool))
+            held[0][self.job] = values
+            held[1][self.job] = True
+        return held[0][self.job]
+
+    def job_groups(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Requests' rows: the first row of each of their jobs, in order of appearance, and
+        each row's job in that order (:func:`groups` of :attr:`job`); None for other rows.
+
+        >>> two = Columns.concat([Columns.from_request({"family_id": "f"}, ["T4", "L4"]),
+        ...                       Columns.from_request({"family_id": "g"}, ["T4"])])
+        >>> [g.tolist() for g in two.take([2, 0, 1]).job_groups()]
+        [[0, 1], [0, 1, 1]]
+        """
+        if self.job is None:
+            return None
+        if self._groups is None:
+            self._groups = (np.zeros(min(self.n, 1), dtype=np.intp),
+                            np.zeros(self.n, dtype=np.intp)) if self.one_job else groups(self.job)
+        return self._groups
 
     def codes(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's index among the distinct combinations of the columns ``names`` (absent
@@ -154,22 +192,43 @@ class Columns:
         ...     ["a", "b", "c"])
         (array([0, 1, 0]), array([0, 1]))
         """
-        if self.one_job:  # one job's rows: only their types can differ
-            names = [c for c in names if c == "hardware"]
-        present = [self._arrays[c] for c in names if c in self._arrays]
-        if not present:
-            code = np.zeros(self.n, dtype=np.int64)
-        elif self.one_job:
-            code = factorize(present[0])[0]
-        elif self.n <= SMALL:
-            seen: dict[tuple[Any, ...], int] = {}
-            code = np.array([seen.setdefault(k, len(seen)) for k in zip(*present, strict=True)],
-                            dtype=np.int64)
+        jobs = self.job_groups()
+        if jobs is not None:
+            code = self._job_codes(names, *jobs)
         else:
-            code = _combined_codes(present)
+            present = [self._arrays[c] for c in names if c in self._arrays]
+            if not present:
+                code = np.zeros(self.n, dtype=np.int64)
+            elif self.n <= SMALL:
+                seen: dict[tuple[Any, ...], int] = {}
+                code = np.array([seen.setdefault(k, len(seen))
+                                 for k in zip(*present, strict=True)], dtype=np.int64)
+            else:
+                code = _combined_codes(present)
         first = np.full(int(code.max()) + 1 if self.n else 0, self.n, dtype=np.int64)
         np.minimum.at(first, code, np.arange(self.n))
         return code, first
+
+    def _job_codes(self, names: Sequence[str], first: np.ndarray, job: np.ndarray
+                   ) -> np.ndarray:
+        """:meth:`codes` of requests' rows: the job's columns are read on each job's first
+        row (``first``; ``job``: each row's), and only the types differ within a job."""
+        own = [self._arrays[c][first] for c in names if c != "hardware" and c in self._arrays]
+        many = bool(own) and len(first) > 1
+        if many:
+            seen: dict[tuple[Any, ...], int] = {}
+            per_job = [seen.setdefault(k, len(seen)) for k in zip(*own, strict=True)]
+            many = len(seen) > 1
+        if not ("hardware" in names and "hardware" in self._arrays):
+            return np.array(per_job, dtype=np.int64)[job] if many else \
+                np.zeros(self.n, dtype=np.int64)
+        hardware = self._arrays["hardware"]
+        if not many:
+            return factorize(hardware)[0]
+        pairs: dict[tuple[Any, ...], int] = {}
+        return np.array([pairs.setdefault(k, len(pairs))
+                         for k in zip(np.array(per_job)[job].tolist(), hardware, strict=True)],
+                        dtype=np.int64)
 
     def num(self, name: str) -> np.ndarray:
         """float64 values; missing or non-numeric entries are NaN (read-only for a few rows)."""
@@ -241,6 +300,32 @@ def _combined_codes(arrays: Sequence[np.ndarray]) -> np.ndarray:
         code = code * k + part
         size *= k
     return pd.factorize(code)[0].astype(np.int64, copy=False)
+
+
+def groups(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The position of the first of each distinct value of ``values`` (integers), in order of
+    appearance, and each value's index in that order.
+
+    >>> [g.tolist() for g in groups(np.array([3, 3, 1, 3, 1]))]
+    [[0, 2], [0, 0, 1, 0, 1]]
+    """
+    if len(values) > SMALL:
+        _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # sorted by value: by appearance instead
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        return first[order].astype(np.intp), rank[inverse].astype(np.intp).ravel()
+    # A pass of requests' rows: a loop costs a third of np.unique's fixed cost.
+    seen: dict[int, int] = {}
+    heads: list[int] = []
+    index: list[int] = []
+    for i, v in enumerate(values.tolist()):
+        g = seen.get(v)
+        if g is None:
+            g = seen[v] = len(heads)
+            heads.append(i)
+        index.append(g)
+    return np.array(heads, dtype=np.intp), np.array(index, dtype=np.intp)
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -282,8 +282,9 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
             "hardware": hardware.astype(str), "vendor": vendor.astype(str),
             "trainer_count": cols_in.num("trainer_count").astype(np.int64).astype(str),
             "shape": shape_keys(cols_in)}
+    jobs = cols_in.job_groups()
     for lv in LEVELS:
-        block = snapshot.lookup(keys, lv, cols_in.one_job)
+        block = snapshot.lookup(keys, lv, jobs)
         for j, name in enumerate(lv.stats):
             cols[name] = block[:, j]
     keys["model_category"] = cols_in.text("model_category")

@@ -189,20 +189,21 @@ class Snapshot:
             values[:-1] = t[list(level.stats)].to_numpy(dtype=np.float64)
             self._index[level.name] = (idx, values)
 
-    def lookup(self, keys: Mapping[str, np.ndarray], level: Level, one_job: bool = False
-               ) -> np.ndarray:
+    def lookup(self, keys: Mapping[str, np.ndarray], level: Level,
+               jobs: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Stats of ``level`` for each row of ``keys`` (key column -> text array).
 
         Rows whose key has no history get NaN. A few rows (a launch-time request) are looked
         up by key tuples in a dict built on first use (see :meth:`warm`), which spares
-        joining their key texts. ``one_job``: the rows are one job's on their own types, so
-        a level keyed by the job alone is one lookup.
+        joining their key texts. ``jobs``: the rows are requests' (each job on its types;
+        :meth:`Columns.job_groups`), so a level keyed by the job alone is one lookup a job.
         """
         idx, values = self._index[level.name]
         parts = [keys[k] for k in level.keys]
-        rows = len(parts[0])
-        if one_job and rows and _TYPE_KEYS.isdisjoint(level.keys):
-            parts = [p[:1] for p in parts]
+        expand = jobs is not None and len(parts[0]) > 0 and _TYPE_KEYS.isdisjoint(level.keys)
+        if expand:
+            assert jobs is not None
+            parts = [p[jobs[0]] for p in parts]
         if len(parts[0]) <= SMALL:
             table = self._small[level.name] if level.name in self._small else \
                 self._small_table(level.name)
@@ -210,8 +211,9 @@ class Snapshot:
                            dtype=np.int64)
         else:
             pos = positions(idx, key_strings(parts))
-        if len(pos) < rows:
-            pos = np.repeat(pos, rows)
+        if expand:
+            assert jobs is not None
+            pos = pos[jobs[1]]
         return values[pos]  # -1, no history: the last row, NaN
 
     def _small_table(self, name: str) -> dict[tuple[str, ...], int]:

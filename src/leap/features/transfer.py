@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import SMALL, Columns, factorize, key_column, nan_to, positions
+from leap.features.columns import SMALL, Columns, factorize, groups, key_column, nan_to, positions
 from leap.features.pair_rows import (
     JOB_FEATURE_COLUMNS,
     SHAPE_NEAREST,
@@ -451,7 +451,7 @@ class TransferIndex:
             share = rule
         pick = self.pairs is not None and jobs is not None
         radius = self.twin_distance(catalog) if pick and virt.any() else None
-        slot, found = self._slots_of(keys, rows, jobs is not None and jobs.one_job)
+        slot, found = self._slots_of(keys, rows, jobs)
         view = self._view(catalog)
         core = _core(_CoreInputs(level, self.level_y[f], b, self.diff, self.counts, self.slope,
                                  self.sxx, slot, found, own, view.specs, t, phys_b, virt,
@@ -506,12 +506,16 @@ class TransferIndex:
                     shape_of(jobs.take(rows[fill])))
         return out
 
-    def _slots_of(self, keys: Mapping[str, np.ndarray], rows: np.ndarray, one_job: bool
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def _slots_of(self, keys: Mapping[str, np.ndarray], rows: np.ndarray,
+                  jobs: Columns | None) -> tuple[np.ndarray, np.ndarray]:
         """``(slot, found)``, each ``(levels, rows)``: the slot of each row's key at each of
         :data:`TRANSFER_LEVELS` in the stacked tables (the level's first where it has none)
-        and whether it has one. ``one_job``: the rows are one job's, one key a level."""
-        read = rows[:1] if one_job else rows
+        and whether it has one. Requests' rows (``jobs``) are looked up once a job."""
+        read, job = rows, None
+        if jobs is not None and jobs.job is not None and len(rows):
+            heads, job = (np.zeros(1, dtype=np.intp), np.zeros(len(rows), dtype=np.intp)) \
+                if jobs.one_job else groups(jobs.job[rows])
+            read = rows[heads]
         slot = np.empty((len(TRANSFER_LEVELS), len(rows)), dtype=np.intp)
         found = np.empty(slot.shape, dtype=bool)
         for j, (name, cols) in enumerate(TRANSFER_LEVELS):
@@ -519,6 +523,8 @@ class TransferIndex:
             texts = keys[cols[0]][read] if len(cols) == 1 else \
                 ["/".join(parts) for parts in zip(*(keys[c][read] for c in cols), strict=True)]
             k = np.array([pos.get(v, -1) for v in texts], dtype=np.intp)
+            if job is not None:
+                k = k[job]
             found[j] = k >= 0
             slot[j] = np.where(k >= 0, k, first)
         return slot, found
