@@ -12,7 +12,11 @@ model), and the CPU per job of ranking 1,200 jobs alone and in passes of several
 (``Ranker.rank_many``, as ``leap serve`` ranks requests that arrive together; ``--passes``).
 Prints the figures and writes bench/results/bench_rank.json.
 
-    python bench/bench_rank.py [--home DIR] [--calls 3000] [--equal 10000]
+The calls are also split into ``--laps`` laps (default 3), and each lap's p99 and their
+median printed beside the p99 of all calls: this host's noise comes in bursts that lift one
+lap's tail (2026-12-07, three laps of the same 1,500 jobs: p99 6.64, 5.67 and 4.08 ms).
+
+    python bench/bench_rank.py [--home DIR] [--calls 3000] [--equal 10000] [--laps 3]
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_P99_MS = 1.0
+#: Issue 10's bound on the same figure (its ranking must stay this fast).
+ISSUE10_P99_MS = 5.0
 EQUAL_RTOL = 1e-9
 CANDIDATES = ["V100-SXM2-32GB", "T4", "A10G", "A10", "L4", "L40S", "A100-PCIe-40GB",
               "A100-SXM4-80GB", "H100-PCIe", "H100-SXM", "H100-NVL", "H200", "B200", "MI250X",
@@ -203,6 +209,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path, default=None, help="workspace with a published model")
     ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--laps", type=int, default=3, help="laps the calls are split into, for "
+                    "each lap's p99 and their median (robust to a burst of the host's noise)")
     ap.add_argument("--equal", type=int, default=10_000, help="jobs for the equality check")
     ap.add_argument("--per-day", type=int, default=4000, help="simulated attempts per day")
     ap.add_argument("--days", type=int, default=12)
@@ -240,12 +248,19 @@ def main() -> None:
     rows: dict[str, Any] = {}
     for name, ranker in (("lightgbm", plain), ("compiled", fast)):
         cpu0 = time.process_time()
-        f = percentiles(time_calls(ranker, jobs[:2000], args.calls))
+        ms = time_calls(ranker, jobs[:2000], args.calls)
+        f = percentiles(ms)
         f["cpu_ms_per_call"] = (time.process_time() - cpu0) * 1e3 / (args.calls + 200)
+        # Each lap's p99 too: a burst of the host's noise lifts one lap's, not all of them.
+        f["p99_ms_by_lap"] = [float(np.percentile(lap, 99))
+                              for lap in np.array_split(ms, max(1, args.laps))]
+        f["p99_ms_lap_median"] = float(np.median(f["p99_ms_by_lap"]))
         rows[name] = f
         print(f"{name:>9}: rank 1 job x {len(CANDIDATES)} types, {args.calls:,} calls (warm): "
               f"p50 {f['p50_ms']:.2f} ms  p90 {f['p90_ms']:.2f}  p99 {f['p99_ms']:.2f}  "
-              f"max {f['max_ms']:.1f}  (CPU {f['cpu_ms_per_call']:.2f} ms/call)")
+              f"max {f['max_ms']:.1f}  (CPU {f['cpu_ms_per_call']:.2f} ms/call); p99 by lap "
+              + " / ".join(f"{x:.2f}" for x in f["p99_ms_by_lap"])
+              + f" (median {f['p99_ms_lap_median']:.2f})")
     stages = {"lightgbm": time_stages(plain.serving, jobs, 300),
               "compiled": time_stages(serving, jobs, 300)}
     for name, st in stages.items():
@@ -266,6 +281,10 @@ def main() -> None:
     print(f"target p99 <= {TARGET_P99_MS} ms: {'met' if ok else 'MISSED'} (LightGBM: p99 "
           f"{rows['lightgbm']['p99_ms']:.2f} ms, {rows['lightgbm']['p99_ms'] / f['p99_ms']:.1f}x);"
           f" load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"issue 10's p99 <= {ISSUE10_P99_MS:g} ms: "
+          + ", ".join(f"{what} {'met' if v <= ISSUE10_P99_MS else 'MISSED'} ({v:.2f} ms)"
+                      for what, v in (("all calls", f["p99_ms"]),
+                                      ("median of the laps", f["p99_ms_lap_median"]))))
     out = {"bench": "rank", "at": datetime.now(UTC).isoformat(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
            "model": size, "scoring": scoring, "pair_rows": pair_rows,
@@ -273,7 +292,8 @@ def main() -> None:
            "model_version": serving.version, "candidates": len(CANDIDATES),
            "calls": args.calls, "latency": rows, "stages": stages,
            "cpu_ms_per_job_by_pass": passes, "equality": equal,
-           "target_p99_ms": TARGET_P99_MS, "target_met": ok}
+           "target_p99_ms": TARGET_P99_MS, "target_met": ok,
+           "issue10_p99_ms": ISSUE10_P99_MS}
     write_result("bench_rank", out)
 
 

@@ -268,8 +268,12 @@ class Columns:
     def text(self, name: str) -> np.ndarray:
         """Values as strings (for keys); missing becomes ``"None"``, as in history."""
         if self.n <= SMALL:
-            return np.array(["None" if v is None or v != v else str(v)
-                             for v in self.obj(name)], dtype=object)
+            values = self.obj(name)
+            if self.one_job and self.n and name != "hardware":  # one job's rows: one value
+                values = values[:1]
+            out = np.array(["None" if v is None or v != v else str(v) for v in values],
+                           dtype=object)
+            return out if len(out) == self.n else np.repeat(out, self.n)
         return key_texts(pd.Series(self.obj(name), dtype=object))
 
 

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from leap.catalog import Catalog
 from leap.data.usage import usable_attempts
 from leap.errors import ArtifactError
-from leap.features.columns import SMALL, Columns, key_column, key_texts, positions
+from leap.features.columns import SMALL, Columns, key_column, key_texts, nan_to, positions
 from leap.features.groupstats import Selection, SortedGroups
 from leap.features.pair_rows import ordered_pairs
 from leap.features.pairs import PairModel
@@ -99,9 +99,11 @@ def shape_keys(jobs: Columns) -> np.ndarray:
 
     The shape is one part of a level's key, so it must not contain :data:`KEY_SEP`.
     """
-    whole = [np.nan_to_num(jobs.num(c), nan=-1.0).astype(np.int64)
+    whole = [nan_to(jobs.num(c), -1.0).astype(np.int64)
              for c in ("trainer_count", "devices_per_trainer", "batch_size")]
-    if len(jobs) <= SMALL:  # a request's rows: no arrays of texts to join
+    if jobs.one_job and len(jobs):  # one job's rows: one key
+        return np.full(len(jobs), "/".join(str(a[0]) for a in whole), dtype=object)
+    if len(jobs) <= SMALL:  # requests' rows: no arrays of texts to join
         return np.array(["/".join(map(str, row)) for row in zip(*(a.tolist() for a in whole),
                                                                  strict=True)], dtype=object)
     # Made text and joined once per distinct shape (a day of attempts has a few hundred):
