@@ -122,7 +122,7 @@ class Columns:
         if any(p.job is None for p in parts):
             return cls(arrays, n)
         offsets = np.cumsum([0] + [p.jobs for p in parts])
-        job = np.concatenate([p.job + o for p, o in zip(parts, offsets, strict=False)]) \
+        job = np.concatenate([p.job + o for p, o in zip(parts, offsets[:-1], strict=True)]) \
             if parts else np.zeros(0, dtype=np.intp)
         return cls(arrays, n, job, int(offsets[-1]))
 
@@ -144,7 +144,8 @@ class Columns:
     def per_job(self, key: str, make: Callable[[Columns], np.ndarray]) -> np.ndarray:
         """``make(self)``: per-row values of the job alone (never of its types). Requests'
         rows (and every :meth:`take` or :meth:`with_hardware` of them) compute them once a
-        job under ``key`` and repeat each job's first row; other rows compute them every time.
+        job under ``key`` and repeat them on the job's rows; other rows compute them every
+        time.
 
         >>> cols = Columns.from_request({"family_id": "f", "batch_size": 8}, ["T4", "L4"])
         >>> calls = []
@@ -217,17 +218,17 @@ class Columns:
         many = bool(own) and len(first) > 1
         if many:
             seen: dict[tuple[Any, ...], int] = {}
-            per_job = [seen.setdefault(k, len(seen)) for k in zip(*own, strict=True)]
+            job_code = [seen.setdefault(k, len(seen)) for k in zip(*own, strict=True)]
             many = len(seen) > 1
         if not ("hardware" in names and "hardware" in self._arrays):
-            return np.array(per_job, dtype=np.int64)[job] if many else \
+            return np.array(job_code, dtype=np.int64)[job] if many else \
                 np.zeros(self.n, dtype=np.int64)
         hardware = self._arrays["hardware"]
         if not many:
             return factorize(hardware)[0]
         pairs: dict[tuple[Any, ...], int] = {}
         return np.array([pairs.setdefault(k, len(pairs))
-                         for k in zip(np.array(per_job)[job].tolist(), hardware, strict=True)],
+                         for k in zip(np.array(job_code)[job].tolist(), hardware, strict=True)],
                         dtype=np.int64)
 
     def num(self, name: str) -> np.ndarray:
