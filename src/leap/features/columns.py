@@ -169,20 +169,27 @@ class Columns:
             held[1][self.job] = True
         return held[0][self.job]
 
-    def job_groups(self) -> tuple[np.ndarray, np.ndarray] | None:
+    def job_groups(self, rows: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
         """Requests' rows: the first row of each of their jobs, in order of appearance, and
-        each row's job in that order (:func:`groups` of :attr:`job`); None for other rows.
+        each row's job in that order (:func:`groups` of :attr:`job`); of the rows at ``rows``
+        when given (positions into ``rows``); None for other rows.
 
         >>> two = Columns.concat([Columns.from_request({"family_id": "f"}, ["T4", "L4"]),
         ...                       Columns.from_request({"family_id": "g"}, ["T4"])])
         >>> [g.tolist() for g in two.take([2, 0, 1]).job_groups()]
         [[0, 1], [0, 1, 1]]
+        >>> [g.tolist() for g in two.job_groups(np.array([1, 2]))]
+        [[0, 1], [0, 1]]
         """
         if self.job is None:
             return None
+        if rows is not None:
+            n = len(rows)
+            return (np.zeros(min(n, 1), dtype=np.intp), np.zeros(n, dtype=np.intp)) \
+                if self.one_job else groups(self.job[rows])
         if self._groups is None:
-            self._groups = (np.zeros(min(self.n, 1), dtype=np.intp),
-                            np.zeros(self.n, dtype=np.intp)) if self.one_job else groups(self.job)
+            self._groups = self.job_groups(np.arange(self.n))
         return self._groups
 
     def codes(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

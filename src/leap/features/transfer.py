@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.features.columns import SMALL, Columns, factorize, groups, key_column, nan_to, positions
+from leap.features.columns import SMALL, Columns, factorize, key_column, nan_to, positions
 from leap.features.pair_rows import (
     JOB_FEATURE_COLUMNS,
     SHAPE_NEAREST,
@@ -511,11 +511,8 @@ class TransferIndex:
         """``(slot, found)``, each ``(levels, rows)``: the slot of each row's key at each of
         :data:`TRANSFER_LEVELS` in the stacked tables (the level's first where it has none)
         and whether it has one. Requests' rows (``jobs``) are looked up once a job."""
-        read, job = rows, None
-        if jobs is not None and jobs.job is not None and len(rows):
-            heads, job = (np.zeros(1, dtype=np.intp), np.zeros(len(rows), dtype=np.intp)) \
-                if jobs.one_job else groups(jobs.job[rows])
-            read = rows[heads]
+        grouped = jobs.job_groups(rows) if jobs is not None and len(rows) else None
+        read = rows if grouped is None else rows[grouped[0]]
         slot = np.empty((len(TRANSFER_LEVELS), len(rows)), dtype=np.intp)
         found = np.empty(slot.shape, dtype=bool)
         for j, (name, cols) in enumerate(TRANSFER_LEVELS):
@@ -523,8 +520,8 @@ class TransferIndex:
             texts = keys[cols[0]][read] if len(cols) == 1 else \
                 ["/".join(parts) for parts in zip(*(keys[c][read] for c in cols), strict=True)]
             k = np.array([pos.get(v, -1) for v in texts], dtype=np.intp)
-            if job is not None:
-                k = k[job]
+            if grouped is not None:
+                k = k[grouped[1]]
             found[j] = k >= 0
             slot[j] = np.where(k >= 0, k, first)
         return slot, found
