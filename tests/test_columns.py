@@ -118,6 +118,25 @@ def test_codes_of_requests_rows_are_those_of_any_rows(picks: list[tuple[int, lis
                                        for c in range(len(got[1]))]
 
 
+
+def test_codes_of_many_rows_numbered_by_job_are_those_of_any_rows() -> None:
+    """A large batch numbered by job (`Columns.by_job`: more jobs than SMALL, several types
+    each) takes the jobs' path through `codes` on pandas' factorize: the same numbers as the
+    general path, for names with and without the type."""
+    rng = np.random.default_rng(2)
+    n = 3 * SMALL
+    frame = pd.DataFrame({
+        "family_id": rng.integers(0, 3000, n).astype(str).astype(object),
+        "batch_size": rng.integers(1, 3, n),
+        "hardware": rng.choice(np.array(["T4", "L4", "A10"], dtype=object), n)})
+    general = Columns.from_frame(frame)
+    jobs = general.by_job()
+    assert general.job is None and jobs.jobs > SMALL and jobs.by_job() is jobs
+    for names in (["family_id", "batch_size", "hardware"], ["batch_size", "hardware"],
+                  ["family_id"], ["hardware"], ["seq_len"]):
+        got, want = jobs.codes(names), general.codes(names)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
 @settings(max_examples=30, deadline=None)
 @given(types=st.lists(st.sampled_from(["T4", "L4", "A10", "H100-SXM", "MI300X"]), min_size=1,
                       max_size=8),

@@ -615,6 +615,28 @@ def test_ranker_features_equal_the_dataframe_path(ranker: Ranker, data: st.DataO
                           art.predict_log(frame), equal_nan=True)
 
 
+
+def test_a_large_batch_gives_each_row_its_requests_features(ranker: Ranker,
+                                                            trained_workspace: Workspace) -> None:
+    """Over SMALL rows a batch is numbered by job (`Columns.by_job`): the job's keys, its
+    shape key and its job-keyed history are read once a job, on pandas' paths. Each row must
+    still get the features its job gets as a request, on every type; a job twice, and one
+    with its optional fields dropped, side by side."""
+    from leap.features.columns import SMALL
+
+    serving = ranker.serving
+    assert serving is not None
+    art = serving.artifact
+    many = [normalize_job(j)[0] for j in sample_jobs(trained_workspace, 100)]
+    many += [many[0], {**many[1], "num_params": None, "seq_len": None, "precision": None}]
+    names = list(art.catalog)[:22]
+    frame = jobs_frame([{**{k: v for k, v in values.items() if v is not None}, "hardware": h}
+                        for values in many for h in names])
+    assert len(frame) > SMALL
+    want = np.vstack([serving.encode(values, names) for values in many])
+    np.testing.assert_allclose(encode(frame, art.snapshot, art.catalog, art.full_spec), want,
+                               rtol=1e-12, atol=1e-12, equal_nan=True)
+
 # Packaging and CLI ------------------------------------------------------------------------
 def test_import_leap_stays_cheap_and_exports_ranker() -> None:
     code = ("import sys, leap; heavy = [m for m in ('lightgbm', 'fastapi', 'uvicorn', 'dask', "

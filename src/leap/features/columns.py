@@ -97,6 +97,21 @@ class Columns:
         arrays["hardware"] = np.asarray(list(hardware), dtype=object)
         return cls(arrays, n, np.zeros(n, dtype=np.intp), 1)
 
+    def by_job(self) -> Columns:
+        """These rows with each row's job numbered (:attr:`job`): rows that differ in
+        ``hardware`` alone (the same :data:`~leap.data.schema.JOB_COLUMNS`) are one job's, so
+        what depends on the job alone is computed once a job. Requests' rows are numbered
+        already.
+
+        >>> frame = pd.DataFrame({"family_id": ["f", "f", "g"], "hardware": ["T4", "L4", "T4"]})
+        >>> Columns.from_frame(frame).by_job().job.tolist()
+        [0, 0, 1]
+        """
+        if self.job is not None:
+            return self
+        code, first = self.codes(JOB_COLUMNS)
+        return Columns(self._arrays, self.n, code.astype(np.intp, copy=False), len(first))
+
     @classmethod
     def concat(cls, parts: Sequence[Columns]) -> Columns:
         """The rows of ``parts`` one after another. A column some parts lack is missing in
@@ -222,20 +237,24 @@ class Columns:
         """:meth:`codes` of requests' rows: the job's columns are read on each job's first
         row (``first``; ``job``: each row's), and only the types differ within a job."""
         own = [self._arrays[c][first] for c in names if c != "hardware" and c in self._arrays]
-        many = bool(own) and len(first) > 1
-        if many:
+        job_code = np.zeros(len(first), dtype=np.int64)
+        if own and len(first) > SMALL:
+            job_code = _combined_codes(own)
+        elif own and len(first) > 1:
             seen: dict[tuple[Any, ...], int] = {}
-            job_code = [seen.setdefault(k, len(seen)) for k in zip(*own, strict=True)]
-            many = len(seen) > 1
+            job_code = np.array([seen.setdefault(k, len(seen)) for k in zip(*own, strict=True)],
+                                dtype=np.int64)
+        many = bool(len(job_code)) and bool(job_code.max() > 0)
         if not ("hardware" in names and "hardware" in self._arrays):
-            return np.array(job_code, dtype=np.int64)[job] if many else \
-                np.zeros(self.n, dtype=np.int64)
+            return job_code[job] if many else np.zeros(self.n, dtype=np.int64)
         hardware = self._arrays["hardware"]
         if not many:
             return factorize(hardware)[0]
+        if self.n > SMALL:
+            return _combined_codes([job_code[job], hardware])
         pairs: dict[tuple[Any, ...], int] = {}
         return np.array([pairs.setdefault(k, len(pairs))
-                         for k in zip(np.array(job_code)[job].tolist(), hardware, strict=True)],
+                         for k in zip(job_code[job].tolist(), hardware, strict=True)],
                         dtype=np.int64)
 
     def num(self, name: str) -> np.ndarray:
@@ -274,14 +293,17 @@ class Columns:
         return out
 
     def text(self, name: str) -> np.ndarray:
-        """Values as strings (for keys); missing becomes ``"None"``, as in history."""
+        """Values as strings (for keys); missing becomes ``"None"``, as in history. A job's
+        column (never ``hardware``) of jobs' rows is made once a job."""
+        jobs = self.job_groups() if name != "hardware" else None
+        if jobs is not None and len(jobs[0]) < self.n:
+            if name not in self._arrays:
+                return np.full(self.n, "None", dtype=object)
+            heads = Columns({name: self._arrays[name][jobs[0]]}, len(jobs[0]))
+            return heads.text(name)[jobs[1]]
         if self.n <= SMALL:
-            values = self.obj(name)
-            if self.one_job and self.n and name != "hardware":  # one job's rows: one value
-                values = values[:1]
-            out = np.array(["None" if v is None or v != v else str(v) for v in values],
-                           dtype=object)
-            return out if len(out) == self.n else np.repeat(out, self.n)
+            return np.array(["None" if v is None or v != v else str(v)
+                             for v in self.obj(name)], dtype=object)
         return key_texts(pd.Series(self.obj(name), dtype=object))
 
 

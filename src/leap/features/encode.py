@@ -224,7 +224,10 @@ def encode(jobs: Columns | pd.DataFrame, snapshot: Snapshot, catalog: Catalog,
     cols_in = jobs if isinstance(jobs, Columns) else Columns.from_frame(jobs)
     if len(cols_in) > SMALL:
         # A row's features depend only on its launch-time columns: each distinct one is
-        # encoded once (a day of a fleet's attempts repeats most of its configurations).
+        # encoded once (a day of a fleet's attempts repeats most of its configurations),
+        # and what depends on its job alone once a job (rows of many types a job, as a
+        # batch prediction's).
+        cols_in = cols_in.by_job()
         row, first = cols_in.codes(DISTINCT_KEY)
         if len(first) < len(cols_in):
             return _encode_blocks(cols_in.take(first), snapshot, catalog, spec, dtype,

@@ -101,9 +101,16 @@ def shape_keys(jobs: Columns) -> np.ndarray:
     """
     whole = [nan_to(jobs.num(c), -1.0).astype(np.int64)
              for c in ("trainer_count", "devices_per_trainer", "batch_size")]
-    if jobs.one_job and len(jobs):  # one job's rows: one key
-        return np.full(len(jobs), "/".join(str(a[0]) for a in whole), dtype=object)
-    if len(jobs) <= SMALL:  # requests' rows: no arrays of texts to join
+    groups = jobs.job_groups()
+    if groups is not None and len(groups[0]) < len(jobs):  # jobs' rows: a key a job
+        heads, job = groups
+        return _shape_texts([a[heads] for a in whole])[job]
+    return _shape_texts(whole)
+
+
+def _shape_texts(whole: list[np.ndarray]) -> np.ndarray:
+    """:func:`shape_keys` of the whole numbers of the three shape columns."""
+    if len(whole[0]) <= SMALL:  # requests' rows: no arrays of texts to join
         return np.array(["/".join(map(str, row)) for row in zip(*(a.tolist() for a in whole),
                                                                  strict=True)], dtype=object)
     # Made text and joined once per distinct shape (a day of attempts has a few hundred):
