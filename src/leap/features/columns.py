@@ -41,10 +41,11 @@ class Columns:
                  memo: dict[str, Any] | None = None) -> None:
         self._arrays = dict(arrays)
         self.n = n
-        # Requests' rows (one job on each of its types, several requests one after another,
-        # and rows taken from them): ``job`` numbers each row's job among ``jobs``. Rows of
-        # one job differ in ``hardware`` alone, which :meth:`codes` reads, and what depends
-        # on the job alone is computed once a job (:meth:`per_job`, :meth:`job_groups`).
+        # Rows numbered by job (a request's, several requests one after another, a batch
+        # after :meth:`by_job`, and rows taken from them): ``job`` numbers each row's job
+        # among ``jobs``. Rows of one job differ in ``hardware`` alone, which :meth:`codes`
+        # reads, and what depends on the job alone is computed once a job (:meth:`per_job`,
+        # :meth:`job_groups`).
         self.job = job
         self.jobs = jobs if job is not None else 0
         self._memo = (memo if memo is not None else {}) if job is not None else None
@@ -157,10 +158,10 @@ class Columns:
         return Columns({**self._arrays, **arrays}, self.n)
 
     def per_job(self, key: str, make: Callable[[Columns], np.ndarray]) -> np.ndarray:
-        """``make(self)``: per-row values of the job alone (never of its types). Requests'
-        rows (and every :meth:`take` or :meth:`with_hardware` of them) compute them once a
-        job under ``key`` and repeat them on the job's rows; other rows compute them every
-        time.
+        """``make(self)``: per-row values of the job alone (never of its types). Rows
+        numbered by job (and every :meth:`take` or :meth:`with_hardware` of them) compute
+        them once a job under ``key`` and repeat them on the job's rows; other rows compute
+        them every time.
 
         >>> cols = Columns.from_request({"family_id": "f", "batch_size": 8}, ["T4", "L4"])
         >>> calls = []
@@ -186,7 +187,7 @@ class Columns:
 
     def job_groups(self, rows: np.ndarray | None = None
                    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Requests' rows: the first row of each of their jobs, in order of appearance, and
+        """Rows numbered by job: the first row of each job, in order of appearance, and
         each row's job in that order (:func:`groups` of :attr:`job`); of the rows at ``rows``
         when given (positions into ``rows``); None for other rows.
 
@@ -234,7 +235,7 @@ class Columns:
 
     def _job_codes(self, names: Sequence[str], first: np.ndarray, job: np.ndarray
                    ) -> np.ndarray:
-        """:meth:`codes` of requests' rows: the job's columns are read on each job's first
+        """:meth:`codes` of rows numbered by job: the job's columns are read on each job's first
         row (``first``; ``job``: each row's), and only the types differ within a job."""
         own = [self._arrays[c][first] for c in names if c != "hardware" and c in self._arrays]
         job_code = np.zeros(len(first), dtype=np.int64)
