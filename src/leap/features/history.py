@@ -204,14 +204,14 @@ class Snapshot:
 
         Rows whose key has no history get NaN. A few rows (a launch-time request) are looked
         up by key tuples in a dict built on first use (see :meth:`warm`), which spares
-        joining their key texts. ``jobs``: the rows are requests' (each job on its types;
-        :meth:`Columns.job_groups`), so a level keyed by the job alone is one lookup a job.
+        joining their key texts. ``jobs``: the rows are numbered by job
+        (:meth:`Columns.job_groups`), so a level keyed by the job alone is one lookup a job.
         """
         idx, values = self._index[level.name]
         parts = [keys[k] for k in level.keys]
-        expand = jobs is not None and len(parts[0]) > 0 and _TYPE_KEYS.isdisjoint(level.keys)
-        if expand:
-            assert jobs is not None
+        if not len(parts[0]) or not _TYPE_KEYS.isdisjoint(level.keys):
+            jobs = None
+        if jobs is not None:
             parts = [p[jobs[0]] for p in parts]
         if len(parts[0]) <= SMALL:
             table = self._small[level.name] if level.name in self._small else \
@@ -220,8 +220,7 @@ class Snapshot:
                            dtype=np.int64)
         else:
             pos = positions(idx, key_strings(parts))
-        if expand:
-            assert jobs is not None
+        if jobs is not None:
             pos = pos[jobs[1]]
         return values[pos]  # -1, no history: the last row, NaN
 

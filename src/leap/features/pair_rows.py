@@ -124,8 +124,8 @@ SHAPE_PAIR_NEAREST = SHAPE_NEAREST + 1
 
 
 def job_folds(jobs: Columns, job: np.ndarray) -> np.ndarray:
-    """:func:`family_fold` of row ``job[i]`` of ``jobs`` for each ``i`` (one job's rows, a
-    request's: hashed once)."""
+    """:func:`family_fold` of row ``job[i]`` of ``jobs`` for each ``i`` (rows numbered by
+    job: hashed once a job, :meth:`Columns.per_job`)."""
     return jobs.per_job("fold", lambda c: family_fold(c.obj("family_id")))[job]
 
 
@@ -260,8 +260,8 @@ def within_reach(a_shape: np.ndarray, b_shape: np.ndarray, reach: np.ndarray) ->
 
 
 def shape_of(on: Columns) -> np.ndarray:
-    """The ``(n, 3)`` shape of each row (:data:`SHAPE_COLUMNS`; NaN where missing): one job's
-    rows (a request's) parse it once."""
+    """The ``(n, 3)`` shape of each row (:data:`SHAPE_COLUMNS`; NaN where missing): rows
+    numbered by job parse it once a job."""
     return on.per_job("shape", lambda c: np.column_stack([c.num(x) for x in SHAPE_COLUMNS]))
 
 
@@ -386,7 +386,7 @@ def _probe(native: ModuleType | None) -> tuple[np.ndarray, ...]:
 def _job_inputs(native: ModuleType, jobs: Columns, vocab: dict[str, list[str]]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The job inputs of the compiled kernels, a row per row of ``jobs``: numbers, peak
-    kind, vocabulary codes (one job's rows, a request's: computed once, then repeated)."""
+    kind, vocabulary codes (rows numbered by job: computed once a job, then repeated)."""
     return (jobs.per_job("kernel numbers", lambda c: np.column_stack(
                 [c.num(x) for x in native.JOB_COLUMNS])),
             jobs.per_job("peak kind", lambda c: np.array(

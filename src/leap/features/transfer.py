@@ -510,7 +510,7 @@ class TransferIndex:
                   jobs: Columns | None) -> tuple[np.ndarray, np.ndarray]:
         """``(slot, found)``, each ``(levels, rows)``: the slot of each row's key at each of
         :data:`TRANSFER_LEVELS` in the stacked tables (the level's first where it has none)
-        and whether it has one. Requests' rows (``jobs``) are looked up once a job."""
+        and whether it has one. Rows numbered by job (``jobs``) are looked up once a job."""
         grouped = jobs.job_groups(rows) if jobs is not None and len(rows) else None
         read = rows if grouped is None else rows[grouped[0]]
         slot = np.empty((len(TRANSFER_LEVELS), len(rows)), dtype=np.intp)
