@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -399,6 +400,48 @@ def test_bad_job_fields_name_the_field(change: dict[str, Any], match: str) -> No
     job = {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 8, **change}
     with pytest.raises(DataError, match=match):
         normalize_job(job)
+
+
+# Values a caller may send for a field: plain ones (what JSON gives), then the ones a typed
+# frame would change or that are wrong (bools, NumPy scalars, float counts, NaN, past int64).
+_VALUES = {"text": (["f1", "f2"], ["", None, 5, True, np.str_("f1")]),
+           "count": ([2, 8], [0, None, 2.0, 2.5, True, np.int64(2), 10**30, "2"]),
+           "number": ([1e9, 3], [-1.0, None, float("nan"), float("inf"), True,
+                                 np.float32(2.0), 10**30, "x"])}
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), n=st.integers(1, 4))
+def test_a_batch_of_jobs_is_checked_as_each_job_alone(data: st.DataObject, n: int) -> None:
+    from types import MappingProxyType
+
+    from leap.data.jobs import INT_FIELDS, STR_FIELDS
+    from leap.rank.requests import jobs_request
+
+    def value(name: str) -> Any:
+        good, odd = _VALUES["text" if name in STR_FIELDS else
+                            "count" if name in INT_FIELDS else "number"]
+        if name == "precision":
+            good, odd = ["bf16", "fp32"], [*odd, "bf61"]
+        return data.draw(st.sampled_from(odd if data.draw(st.integers(0, 2)) == 0 else good))
+
+    base = {"family_id": "f", "model_type": "m", "trainer_count": 1, "batch_size": 8}
+    records = [{**base, **{c: value(c) for c in data.draw(
+        st.lists(st.sampled_from(JOB_COLUMNS), unique=True, max_size=4))}} for _ in range(n)]
+
+    def outcome(recs: list[Any]) -> Any:
+        try:
+            return jobs_request(recs)
+        except DataError as exc:
+            return str(exc)
+
+    # Mappings that are not dicts are always checked record by record.
+    got, want = outcome(records), outcome([MappingProxyType(r) for r in records])
+    if isinstance(want, str):
+        assert got == want
+    else:
+        assert not isinstance(got, str), got
+        pd.testing.assert_frame_equal(got, want)
 
 
 def test_ignored_fields_are_reported(ranker: Ranker, jobs: list[dict[str, Any]]) -> None:

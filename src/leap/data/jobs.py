@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -174,6 +174,42 @@ def check_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     for name in JOB_COLUMNS:
         out[name] = check_value(name, job.get(name))
     return out, ignored
+
+
+def plain_jobs(records: Sequence[Any]) -> bool:
+    """Whether every record is a dict without ``model_config`` whose launch-time fields are
+    each missing, ``None`` or of its field's plain type: ``str`` for text, ``int`` for a
+    count, ``int`` or a non-NaN ``float`` for a number.
+
+    Such records typed as a frame (:func:`leap.features.encode.jobs_frame`) lose nothing, so
+    :func:`check_jobs_frame` of that frame accepts exactly the records :func:`check_job`
+    accepts, a whole column at a time. Any other value (a bool, a NumPy scalar, a float count,
+    NaN) can be changed by the typing, so those records are checked one by one.
+
+    >>> plain_jobs([{"family_id": "f", "trainer_count": 2, "num_params": 1e9}])
+    True
+    >>> plain_jobs([{"family_id": "f", "trainer_count": 2.0}])
+    False
+    >>> plain_jobs([{"family_id": "f", "num_params": float("nan")}])
+    False
+    """
+    if not all(type(r) is dict and MODEL_CONFIG not in r for r in records):
+        return False
+    none = type(None)
+    for name in JOB_COLUMNS:
+        values = [r.get(name) for r in records]
+        kinds = set(map(type, values)) - {none}
+        if name in STR_FIELDS:
+            allowed: set[type] = {str}
+        elif name in INT_FIELDS:
+            allowed = {int}
+        else:
+            allowed = {int, float}
+            if float in kinds and any(v != v for v in values):  # NaN is a value, not missing
+                return False
+        if not kinds <= allowed:
+            return False
+    return True
 
 
 def check_jobs_frame(frame: pd.DataFrame) -> pd.DataFrame:

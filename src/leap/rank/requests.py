@@ -6,6 +6,7 @@ into a fail-open answer otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,7 +15,13 @@ import numpy as np
 import pandas as pd
 
 from leap.catalog import Catalog
-from leap.data.jobs import REQUIRED_JOB, check_job, check_jobs_frame, expand_model_config
+from leap.data.jobs import (
+    REQUIRED_JOB,
+    check_job,
+    check_jobs_frame,
+    expand_model_config,
+    plain_jobs,
+)
 from leap.errors import CatalogError, ConfigError, DataError, did_you_mean
 from leap.features.encode import jobs_frame
 from leap.rank.results import OBJECTIVES, Excluded
@@ -87,6 +94,12 @@ def jobs_request(jobs: pd.DataFrame | Sequence[Mapping[str, Any]]) -> pd.DataFra
     if isinstance(jobs, pd.DataFrame):
         return check_jobs_frame(jobs)
     records = list(jobs)
+    if plain_jobs(records):
+        # Typed whole and checked a column at a time (the same rules, a tenth of the time on
+        # thousands of jobs); a bad value (or a count past int64) is named below, record by
+        # record, as always.
+        with contextlib.suppress(DataError, OverflowError):
+            return check_jobs_frame(jobs_frame(records))
     for i, rec in enumerate(records):
         try:
             records[i] = expand_model_config(rec)
