@@ -2,8 +2,8 @@
 
 5,000 recent jobs of the bench store, each on the 20 candidate types of bench_rank.py, scored
 through :meth:`leap.rank.ranker.Ranker.predict` (what ``POST /v1/predict`` and
-``leap predict`` run: expand jobs x candidates, encode, predict). Also times the model alone
-on the same rows, already in a frame, to show where the time goes. Prints the figures and
+``leap predict`` run: check the jobs, lay out jobs x candidates, encode, predict). Also times
+the encode and the model alone on the same rows, to show where the time goes. Prints the figures and
 writes bench/results/bench_predict.json.
 
 In one run it scores the rows with LightGBM and with compiled trees (:mod:`leap.model.compiled`,
@@ -42,14 +42,15 @@ def main() -> None:
 
     from leap.features.encode import jobs_frame
     from leap.model.artifact import Registry
-    from leap.model.predict import BATCH_THREADS, expand_candidates
+    from leap.model.predict import BATCH_THREADS, batch_columns, candidate_rows
     from leap.rank.ranker import Ranker
 
     home = bench_workspace(args.home)
     pool = recent_jobs(home, args.jobs)
     jobs = [pool[i % len(pool)] for i in range(args.jobs)]
     rows = len(jobs) * len(CANDIDATES)
-    frame = expand_candidates(jobs_frame(jobs), CANDIDATES)
+    jobs_df = jobs_frame(jobs)
+    job, hardware = candidate_rows(jobs_df, CANDIDATES)
     out: dict[str, Any] = {"bench": "predict", "at": datetime.now(UTC).isoformat(),
                            "machine": platform.machine(), "cpus": os.cpu_count(), "rows": rows,
                            "jobs": len(jobs), "candidates": len(CANDIDATES),
@@ -77,7 +78,8 @@ def main() -> None:
         art = serving.artifact
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            X = art.encode_full(frame, BATCH_THREADS)  # as predict encodes
+            # As predict encodes: fresh columns (their per-job values are kept in them).
+            X = art.encode_full(batch_columns(jobs_df, job, hardware), BATCH_THREADS)
             t1 = time.perf_counter()
             art.predict_encoded(X)
             enc_s.append(t1 - t0)

@@ -661,11 +661,12 @@ def test_ranker_features_equal_the_dataframe_path(ranker: Ranker, data: st.DataO
 
 def test_a_large_batch_gives_each_row_its_requests_features(ranker: Ranker,
                                                             trained_workspace: Workspace) -> None:
-    """Over SMALL rows a batch is numbered by job (`Columns.by_job`): the job's keys, its
-    shape key and its job-keyed history are read once a job, on pandas' paths. Each row must
-    still get the features its job gets as a request, on every type; a job twice, and one
-    with its optional fields dropped, side by side."""
+    """Over SMALL rows a batch is numbered by job (`Columns.by_job`, or as `leap predict` lays
+    it out): the job's keys, its shape key and its job-keyed history are read once a job, on
+    pandas' paths. Each row must still get the features its job gets as a request, on every
+    type; a job twice, and one with its optional fields dropped, side by side."""
     from leap.features.columns import SMALL
+    from leap.model.predict import batch_columns, candidate_rows
 
     serving = ranker.serving
     assert serving is not None
@@ -678,6 +679,13 @@ def test_a_large_batch_gives_each_row_its_requests_features(ranker: Ranker,
     assert len(frame) > SMALL
     want = np.vstack([serving.encode(values, names) for values in many])
     np.testing.assert_allclose(encode(frame, art.snapshot, art.catalog, art.full_spec), want,
+                               rtol=1e-12, atol=1e-12, equal_nan=True)
+    # The same jobs laid out by `leap predict` (numbered by job as they are laid out).
+    jobs = jobs_frame([{k: v for k, v in values.items() if v is not None} for values in many])
+    job, hardware = candidate_rows(jobs, names)
+    want = np.vstack([serving.encode(values, sorted(names)) for values in many])
+    np.testing.assert_allclose(encode(batch_columns(jobs, job, hardware), art.snapshot,
+                                      art.catalog, art.full_spec), want,
                                rtol=1e-12, atol=1e-12, equal_nan=True)
 
 # Packaging and CLI ------------------------------------------------------------------------

@@ -113,6 +113,18 @@ class Columns:
         code, first = self.codes(JOB_COLUMNS)
         return Columns(self._arrays, self.n, code.astype(np.intp, copy=False), len(first))
 
+    def numbered(self, job: np.ndarray, jobs: int) -> Columns:
+        """These rows numbered by job as their maker knows them: ``job`` gives each row's job
+        among ``jobs`` (rows of one job must hold the same job columns, as one job's rows on
+        several types do); :meth:`by_job` without reading the columns.
+
+        >>> frame = pd.DataFrame({"family_id": ["f", "g"]})
+        >>> Columns.from_frame(frame).take(np.array([0, 0, 1])).numbered(
+        ...     np.array([0, 0, 1]), 2).job_groups()[1].tolist()
+        [0, 0, 1]
+        """
+        return Columns(self._arrays, self.n, np.asarray(job, dtype=np.intp), jobs)
+
     @classmethod
     def concat(cls, parts: Sequence[Columns]) -> Columns:
         """The rows of ``parts`` one after another. A column some parts lack is missing in

@@ -19,6 +19,7 @@ from leap.data.jobs import MODEL_CONFIG, check_jobs_frame
 from leap.data.readers import check_text_file, file_format, printable
 from leap.data.schema import JOB_BOUNDS, JOB_COLUMNS
 from leap.errors import DataError
+from leap.features.columns import Columns
 from leap.features.encode import (
     NOVELTY_GROUPS,
     REQUEST_COLUMNS,
@@ -96,16 +97,35 @@ def _json_jobs_with_configs(path: Path, text: str) -> tuple[pa.Table, list[Any]]
     return pa.Table.from_pylist(records), configs
 
 
-def expand_candidates(jobs: pd.DataFrame, candidates: list[str]) -> pd.DataFrame:
-    """One row per (job, candidate) for jobs without a ``hardware`` value; ``job`` = row number."""
-    jobs = jobs.reset_index(drop=True).assign(job=np.arange(len(jobs)))
-    has_hw = jobs["hardware"].notna() if "hardware" in jobs.columns else pd.Series(
-        False, index=jobs.index)
-    fixed = jobs[has_hw]
-    open_rows = jobs[~has_hw].drop(columns=["hardware"], errors="ignore")
-    crossed = open_rows.merge(pd.DataFrame({"hardware": candidates}), how="cross")
-    return pd.concat([fixed, crossed], ignore_index=True).sort_values(
-        ["job", "hardware"], kind="stable").reset_index(drop=True)
+def candidate_rows(jobs: pd.DataFrame, candidates: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The (job, hardware) rows to score: a job with a ``hardware`` value on that type, any
+    other on every candidate in name order. Each row's job (its row number in ``jobs``) and
+    type, in job order.
+
+    >>> job, hardware = candidate_rows(pd.DataFrame({"hardware": [None, "T4"]}), ["L4", "A10"])
+    >>> job.tolist(), hardware.tolist()
+    ([0, 0, 1], ['A10', 'L4', 'T4'])
+    """
+    n = len(jobs)
+    given = jobs["hardware"].to_numpy(dtype=object, na_value=None) \
+        if "hardware" in jobs.columns else np.full(n, None, dtype=object)
+    fixed = np.array([h is not None for h in given.tolist()], dtype=bool)
+    names = np.array(sorted(candidates), dtype=object)
+    per = np.where(fixed, 1, len(names))
+    job = np.repeat(np.arange(n), per)
+    on_candidate = ~fixed[job]
+    within = np.arange(len(job)) - np.repeat(np.cumsum(per) - per, per)
+    hardware = given[job]
+    hardware[on_candidate] = names[within[on_candidate]]
+    return job, hardware
+
+
+def batch_columns(jobs: pd.DataFrame, job: np.ndarray, hardware: np.ndarray) -> Columns:
+    """The job columns of ``jobs`` at rows ``job`` on ``hardware`` (:func:`candidate_rows`),
+    numbered by job: what each job's rows share is computed once a job."""
+    present = [c for c in jobs.columns if c in JOB_COLUMNS]
+    return Columns.from_frame(jobs[present]).take(job).numbered(job, len(jobs)) \
+        .with_hardware(hardware)
 
 
 def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
@@ -117,19 +137,25 @@ def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
     and its 80% interval ``throughput_p10`` / ``throughput_p90``, and ``novelty`` (what
     history the family had on the type).
     """
-    jobs = check_jobs_frame(jobs)  # the one job validation (and model_config expansion)
+    jobs = check_jobs_frame(jobs).reset_index(drop=True)  # the one job validation
     names = artifact.catalog.resolve(candidates)
-    rows = expand_candidates(jobs, names)
-    missing = [c for c in REQUEST_COLUMNS if c not in rows.columns]
+    missing = [c for c in REQUEST_COLUMNS if c not in jobs.columns and c != "hardware"]
     if missing:
         raise DataError(f"jobs lack required column(s): {', '.join(missing)}")
-    for hw in rows["hardware"].unique():
-        artifact.catalog[str(hw)]  # raises with a did-you-mean
-    pred, lo, hi, group = artifact.predict_interval(rows, BATCH_THREADS)
-    keep = ["job", "family_id", "model_type", "trainer_count", "batch_size", "hardware"]
-    passthrough = [c for c in rows.columns if c not in keep and c not in JOB_COLUMNS]
-    return rows[["job", *passthrough, *keep[1:]]].assign(
-        predicted_throughput=np.exp(pred), throughput_p10=np.exp(lo), throughput_p90=np.exp(hi),
+    job, hardware = candidate_rows(jobs, names)
+    if "hardware" in jobs.columns:
+        for hw in jobs["hardware"].dropna().unique():
+            artifact.catalog[str(hw)]  # raises with a did-you-mean
+    pred, lo, hi, group = artifact.predict_interval(batch_columns(jobs, job, hardware),
+                                                    BATCH_THREADS)
+    keep = ["family_id", "model_type", "trainer_count", "batch_size"]
+    passthrough = [c for c in jobs.columns
+                   if c not in keep and c not in JOB_COLUMNS and c not in ("job", "hardware")]
+    out = jobs[passthrough + keep].take(job).reset_index(drop=True)
+    out.insert(0, "job", job)
+    return out.assign(
+        hardware=pd.Series(hardware), predicted_throughput=np.exp(pred),
+        throughput_p10=np.exp(lo), throughput_p90=np.exp(hi),
         novelty=np.array(NOVELTY_GROUPS, dtype=object)[group])
 
 
