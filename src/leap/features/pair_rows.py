@@ -17,7 +17,6 @@ import pandas as pd
 
 from leap.catalog import SPEC_COLUMNS, Catalog
 from leap.features.columns import (
-    SMALL,
     Columns,
     factorize,
     nan_to,
@@ -177,11 +176,11 @@ def pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Cata
     Row ``i`` is job ``job[i]`` (a row of ``jobs``; default: row ``i``). Physics estimates
     are computed once per distinct (job, type) and job features once per job, then gathered:
     ranking one job over 20 types pairs it with every type its family ran on, and a day of
-    training rows repeats a few thousand configurations. A request's few rows are computed
-    by the compiled kernel where it is built (:func:`native_kernels`).
+    training rows repeats a few thousand configurations. The rows are computed by the
+    compiled kernel where it is built (:func:`native_kernels`).
     """
     return _pair_matrix(jobs, hw_a, hw_b, catalog, vocab, job,
-                        native_kernels() if len(hw_a) <= SMALL else None)
+                        native_kernels())
 
 
 def _pair_matrix(jobs: Columns, hw_a: np.ndarray, hw_b: np.ndarray, catalog: Catalog,
@@ -275,10 +274,10 @@ def shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
                  vocab: dict[str, list[str]], job: np.ndarray | None = None) -> np.ndarray:
     """Features (:data:`SHAPE_FEATURES`) of each job moving from shape ``a_shape[i]``
     (trainers, devices per trainer, batch; -1 or NaN = missing) to its own shape on its own
-    type; row ``i`` is job ``job[i]`` of ``jobs`` (default: row ``i``); a request's few rows
-    by the compiled kernel where it is built (:func:`native_kernels`)."""
+    type; row ``i`` is job ``job[i]`` of ``jobs`` (default: row ``i``); by the compiled
+    kernel where it is built (:func:`native_kernels`)."""
     return _shape_matrix(jobs, a_shape, catalog, vocab, job,
-                         native_kernels() if len(a_shape) <= SMALL else None)
+                         native_kernels())
 
 
 def _shape_matrix(jobs: Columns, a_shape: np.ndarray, catalog: Catalog,
@@ -334,7 +333,7 @@ NATIVE_ENV = "LEAP_NATIVE"
 
 @functools.cache
 def native_kernels() -> ModuleType | None:
-    """The compiled kernels of a request's pair and shape rows and row medians
+    """The compiled kernels of the pair and shape rows and row medians
     (:mod:`leap.features._native`), or None where the install built none, ``LEAP_NATIVE=0``
     is set, or they disagree with the NumPy code: laid out otherwise, or off by more than
     1e-12 on :func:`_probe` (a compiler flag such as ``-ffast-math`` drops NaN checks).
@@ -550,10 +549,10 @@ def row_median(r: np.ndarray, est: np.ndarray, n_rows: int
     >>> has.tolist(), med.tolist(), sd.tolist()
     ([True, False, True], [2.0, nan, 5.0], [1.0, nan, 0.0])
 
-    A request's few estimates go through the compiled kernel where it is built
-    (:func:`native_kernels`), which computes the same values in one pass.
+    The compiled kernel, where it is built (:func:`native_kernels`), computes the same
+    values in one pass.
     """
-    return _row_median(r, est, n_rows, native_kernels() if len(r) <= SMALL else None)
+    return _row_median(r, est, n_rows, native_kernels())
 
 
 def _row_median(r: np.ndarray, est: np.ndarray, n_rows: int, native: ModuleType | None
