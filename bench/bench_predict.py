@@ -3,8 +3,8 @@
 5,000 recent jobs of the bench store, each on the 20 candidate types of bench_rank.py, scored
 through :meth:`leap.rank.ranker.Ranker.predict` (what ``POST /v1/predict`` and
 ``leap predict`` run: check the jobs, lay out jobs x candidates, encode, predict). Also times
-the encode and the model alone on the same rows, to show where the time goes. Prints the figures and
-writes bench/results/bench_predict.json.
+the encode and the model alone on the same rows, to show where the time goes. Prints the
+figures and writes bench/results/bench_predict.json.
 
 In one run it scores the rows with LightGBM and with compiled trees (:mod:`leap.model.compiled`,
 compiled once and cached beside the artifact, so ``--home`` must be writable), checks the two
