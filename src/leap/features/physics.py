@@ -34,7 +34,7 @@ def hardware_specs(catalog: Catalog, hardware: np.ndarray) -> dict[str, np.ndarr
     if len(hardware) <= SMALL:  # the catalog's per-name rows: no factorizing a request's types
         matrix = catalog.spec_matrix(hardware)
     else:
-        codes, uniques = pd.factorize(np.asarray(hardware, dtype=object), use_na_sentinel=False)
+        codes, uniques = factorize(hardware)
         matrix = catalog.spec_matrix(list(uniques))[codes]
     return {name: matrix[:, i] for i, name in enumerate(SPEC_COLUMNS)}
 
