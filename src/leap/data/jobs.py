@@ -176,36 +176,34 @@ def check_job(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return out, ignored
 
 
-def plain_jobs(records: Sequence[Any]) -> bool:
-    """Whether every record is a dict without ``model_config`` whose launch-time fields are
-    each missing, ``None`` or of its field's plain type: ``str`` for text, ``int`` for a
-    count, ``int`` or a non-NaN ``float`` for a number.
+def plain_values(values: Mapping[str, Sequence[Any]]) -> bool:
+    """Whether each launch-time field's values (``values``: a list per field, as
+    :func:`leap.features.encode.job_values` gives them) are each ``None`` or of the field's
+    plain type: ``str`` for text, ``int`` for a count, ``int`` or a non-NaN ``float`` for a
+    number.
 
-    Such records typed as a frame (:func:`leap.features.encode.jobs_frame`) lose nothing, so
-    :func:`check_jobs_frame` of that frame accepts exactly the records :func:`check_job`
-    accepts, a whole column at a time. Any other value (a bool, a NumPy scalar, a float count,
-    NaN) can be changed by the typing, so those records are checked one by one.
+    Such values typed as a frame (:func:`leap.features.encode.values_frame`) lose nothing, so
+    :func:`check_jobs_frame` of that frame accepts exactly the jobs :func:`check_job` accepts,
+    a whole column at a time. Any other value (a bool, a NumPy scalar, a float count, NaN) can
+    be changed by the typing, so those jobs are checked one by one.
 
-    >>> plain_jobs([{"family_id": "f", "trainer_count": 2, "num_params": 1e9}])
+    >>> plain_values({"family_id": ["f"], "trainer_count": [2], "num_params": [1e9, None]})
     True
-    >>> plain_jobs([{"family_id": "f", "trainer_count": 2.0}])
-    False
-    >>> plain_jobs([{"family_id": "f", "num_params": float("nan")}])
-    False
+    >>> plain_values({"trainer_count": [2.0]}), plain_values({"num_params": [float("nan")]})
+    (False, False)
     """
-    if not all(type(r) is dict and MODEL_CONFIG not in r for r in records):
-        return False
     none = type(None)
-    for name in JOB_COLUMNS:
-        values = [r.get(name) for r in records]
-        kinds = set(map(type, values)) - {none}
+    for name, column in values.items():
+        if name not in JOB_COLUMNS:
+            continue
+        kinds = set(map(type, column)) - {none}
         if name in STR_FIELDS:
             allowed: set[type] = {str}
         elif name in INT_FIELDS:
             allowed = {int}
         else:
             allowed = {int, float}
-            if float in kinds and any(v != v for v in values):  # NaN is a value, not missing
+            if float in kinds and any(v != v for v in column):  # NaN is a value, not missing
                 return False
         if not kinds <= allowed:
             return False

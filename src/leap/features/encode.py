@@ -173,12 +173,21 @@ def jobs_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     Fields outside :data:`~leap.data.schema.JOB_COLUMNS` (and ``hardware``) are ignored, so an
     outcome that a caller sends by mistake can never reach the features.
     """
+    return values_frame(job_values(records))
+
+
+def job_values(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Each launch-time field (and ``hardware``) some record has: the records' values, in
+    order (None where a record lacks it)."""
     wanted = [c for c in ALL_COLUMNS if c in JOB_COLUMNS or c == "hardware"]
-    present = [c for c in wanted if any(c in r for r in records)]
-    schema = pa.schema([(c, ALL_COLUMNS[c]) for c in present])
+    return {c: [r.get(c) for r in records] for c in wanted if any(c in r for r in records)}
+
+
+def values_frame(values: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
+    """:func:`job_values` as a frame typed exactly like stored attempts."""
+    schema = pa.schema([(c, ALL_COLUMNS[c]) for c in values])
     try:  # by column: 5,000 jobs in 15 ms, against 36 by row
-        table = pa.Table.from_pydict({c: [r.get(c) for r in records] for c in present},
-                                     schema=schema)
+        table = pa.Table.from_pydict(dict(values), schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise DataError(f"job fields have the wrong type: {exc}") from None
     return table.to_pandas()

@@ -16,14 +16,15 @@ import pandas as pd
 
 from leap.catalog import Catalog
 from leap.data.jobs import (
+    MODEL_CONFIG,
     REQUIRED_JOB,
     check_job,
     check_jobs_frame,
     expand_model_config,
-    plain_jobs,
+    plain_values,
 )
 from leap.errors import CatalogError, ConfigError, DataError, did_you_mean
-from leap.features.encode import jobs_frame
+from leap.features.encode import job_values, jobs_frame, values_frame
 from leap.rank.results import OBJECTIVES, Excluded
 
 #: The one job validation every entry point uses (:func:`leap.data.jobs.check_job`), under
@@ -94,12 +95,14 @@ def jobs_request(jobs: pd.DataFrame | Sequence[Mapping[str, Any]]) -> pd.DataFra
     if isinstance(jobs, pd.DataFrame):
         return check_jobs_frame(jobs)
     records = list(jobs)
-    if plain_jobs(records):
-        # Typed whole and checked a column at a time (the same rules, a tenth of the time on
-        # thousands of jobs); a bad value (or a count past int64) is named below, record by
-        # record, as always.
-        with contextlib.suppress(DataError, OverflowError):
-            return check_jobs_frame(jobs_frame(records))
+    if all(type(r) is dict and MODEL_CONFIG not in r for r in records):
+        values = job_values(records)
+        if plain_values(values):
+            # Typed whole and checked a column at a time (the same rules, a tenth of the time
+            # on thousands of jobs); a bad value (or a count past int64) is named below,
+            # record by record, as always.
+            with contextlib.suppress(DataError, OverflowError):
+                return check_jobs_frame(values_frame(values))
     for i, rec in enumerate(records):
         try:
             records[i] = expand_model_config(rec)
