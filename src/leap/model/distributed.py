@@ -96,8 +96,10 @@ def dask_client(address: str, workers: int = 2) -> Iterator[Any]:
         raise ParamError(f"{{dask}} needs dask[distributed] ({exc}); pip install "
                          "'dask[distributed]'") from None
     if address == "local":
+        # A free port for the scheduler's web server: None still takes :8787, and two local
+        # clusters at once (say, two test processes) warned that it was in use.
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          dashboard_address=None, silence_logs=40) as cluster, \
+                          dashboard_address=":0", silence_logs=40) as cluster, \
                 Client(cluster) as client:
             client.run(_mute_stdout)
             yield client
