@@ -137,7 +137,14 @@ def predict_frame(artifact: Artifact, jobs: pd.DataFrame,
     and its 80% interval ``throughput_p10`` / ``throughput_p90``, and ``novelty`` (what
     history the family had on the type).
     """
-    jobs = check_jobs_frame(jobs).reset_index(drop=True)  # the one job validation
+    return predict_checked(artifact, check_jobs_frame(jobs), candidates)
+
+
+def predict_checked(artifact: Artifact, jobs: pd.DataFrame,
+                    candidates: list[str] | None = None) -> pd.DataFrame:
+    """:func:`predict_frame` of jobs checked already (by :func:`check_jobs_frame`, or record
+    by record as :func:`leap.rank.requests.jobs_request` checks a request's)."""
+    jobs = jobs.reset_index(drop=True)
     names = artifact.catalog.resolve(candidates)
     missing = [c for c in REQUEST_COLUMNS if c not in jobs.columns and c != "hardware"]
     if missing:

@@ -563,7 +563,7 @@ class Ranker:
             ranker.predict([{"family_id": "f1", "model_type": "m", "trainer_count": 1,
                              "batch_size": 8}], ["H100-SXM"]).frame
         """
-        from leap.model.predict import predict_frame
+        from leap.model.predict import predict_checked
 
         t0 = time.perf_counter()
         serving = self.watcher.current()
@@ -589,7 +589,7 @@ class Ranker:
                 raise err from None
             return empty(self.record_fail_open("invalid_request", str(err)))
         try:
-            out = predict_frame(serving.artifact, frame, names)
+            out = predict_checked(serving.artifact, frame, names)  # checked above
             bad = ~np.isfinite(out["predicted_throughput"].to_numpy(dtype=np.float64))
             if bad.any():
                 raise FloatingPointError(f"{int(bad.sum())} non-finite predictions")
