@@ -525,12 +525,13 @@ def test_quality_gate_refuses_and_rollback_restores(fresh_copy: Workspace) -> No
     first = reg.latest_version()
     with Store(fresh_copy.store_path, read_only=True) as store:
         # A gate that demands a full point more than the current model always refuses.
+        # The gate and the registry are what is tested: no pair model, for speed.
+        cfg = small_train_config(model_kind="global", pair_model=False)
         with pytest.raises(QualityGateError, match="refusing to publish: held-out accuracy"):
             train_nightly(store, CAT, reg, as_of=SMALL_AS_OF,
-                          cfg=small_train_config(model_kind="global", quality_margin=-1.0))
+                          cfg=replace(cfg, quality_margin=-1.0))
         assert reg.versions() == [first]
-        result = train_nightly(store, CAT, reg, as_of=SMALL_AS_OF,
-                               cfg=small_train_config(model_kind="global"))
+        result = train_nightly(store, CAT, reg, as_of=SMALL_AS_OF, cfg=cfg)
     assert result.published and reg.latest_version() == result.version != first
     assert reg.rollback() == first and reg.latest_version() == first
     assert [h["action"] for h in reg.history()][-2:] == ["publish", "rollback"]
@@ -548,11 +549,13 @@ def test_training_twice_gives_the_same_model(sim_workspace: Workspace) -> None:
 
 
 def test_history_features_earn_their_place(sim_workspace: Workspace) -> None:
-    """The no-history ablation trains (physics start point only) and is clearly worse."""
+    """The no-history ablation trains (physics start point only) and is clearly worse (both
+    without the pair model, which reads history too)."""
     acc = {}
     with Store(sim_workspace.store_path, read_only=True) as store:
         for use_history in (True, False):
-            cfg = small_train_config(model_kind="global", window_days=5, use_history=use_history)
+            cfg = small_train_config(model_kind="global", window_days=5, use_history=use_history,
+                                     pair_model=False)
             run = train_nightly(store, CAT, Registry(Path("/nonexistent")), as_of=SMALL_AS_OF,
                                 cfg=cfg, publish=False)
             assert run.artifact is not None

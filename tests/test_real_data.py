@@ -378,7 +378,9 @@ def test_cli_experiment_writes_json_and_html(tmp_path: Path) -> None:
     res = CliRunner().invoke(leap.cli.app, [
         "--home", str(tmp_path), "experiment", "real-data", "--source", "gavel",
         "--protocol", "unseen_hardware", "--protocol", "scaling", "--out", str(tmp_path / "o"),
-        "--json"])
+        # In this process: the test files already run side by side (worker processes are
+        # checked by test_folds_on_worker_processes_match_the_serial_run).
+        "--workers", "1", "--json"])
     assert res.exit_code == 0, res.output
     printed = json.loads(res.stdout)
     saved = json.loads((tmp_path / "o" / "real_data.json").read_text("utf-8"))

@@ -136,7 +136,8 @@ def evaluate_real_data(*, workers: int | None, quiet: bool, without_architecture
 
         return run_real_data(load_throughput(), parallel=par, progress=progress,
                              predictors=default_predictors(
-                                 without_architecture=without_architecture), **options)
+                                 without_architecture=without_architecture,
+                                 threads=par.task_threads(2)), **options)
 
 
 @experiment_app.command("real-data", epilog=(

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -193,10 +194,12 @@ class AttemptsPredictor(RowPredictor):
         return np.asarray(self.fn(tr, te, catalog), dtype=float)
 
 
-def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) -> np.ndarray:
+def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog, *,
+                           threads: int = 2) -> np.ndarray:
     """Train leap's nightly model on ``train`` attempts; predict samples/s of ``test`` rows,
     with their 80% intervals: rows of ``(median, p10, p90)`` (NaN bounds where the window
-    was too small to calibrate them).
+    was too small to calibrate them). ``threads``: the cores the fit uses (the same model
+    whatever it is; see :class:`~leap.model.window.TrainConfig`).
 
     The same code as ``leap train`` (:func:`leap.model.train.train_window`): history as of
     each training row's day, the one feature path, the median objective. The tables are
@@ -209,31 +212,36 @@ def leap_train_and_predict(train: pa.Table, test: pa.Table, catalog: Catalog) ->
     frame = pd.concat([train.to_pandas(), test.to_pandas()], ignore_index=True)
     frame["submitted_at"] = pd.to_datetime(frame["submitted_at"], utc=True)
     frame = frame.sort_values(["submitted_at", "attempt_id"], kind="stable")
-    cfg = TrainConfig(window_days=EVAL_HISTORY_DAYS, model_kind="global")
+    cfg = TrainConfig(window_days=EVAL_HISTORY_DAYS, model_kind="global", threads=threads)
     wm = train_window(frame.reset_index(drop=True), catalog, EVAL_DAY, cfg)
     pred = wm.artifact.predict_interval(test.to_pandas())
     return np.exp(np.column_stack([pred.log, pred.lo, pred.hi]))
 
 
-def learned_predictor() -> FitPredict | None:
-    """The learned LEAP predictor as a :data:`FitPredict` (see :func:`leap_train_and_predict`).
+def learned_predictor(threads: int = 2) -> FitPredict | None:
+    """The learned LEAP predictor as a :data:`FitPredict` (see :func:`leap_train_and_predict`),
+    each fit on ``threads`` cores.
 
     ``leap experiment real-data`` adds it to the baselines under the name :data:`LEAP`.
     """
-    return AttemptsPredictor(leap_train_and_predict)
+    return AttemptsPredictor(partial(leap_train_and_predict, threads=threads))
 
 
-def default_predictors(*, without_architecture: bool = False) -> dict[str, FitPredict]:
+def default_predictors(*, without_architecture: bool = False,
+                       threads: int = 2) -> dict[str, FitPredict]:
     """The baselines plus the learned predictor when :func:`learned_predictor` provides one;
     with ``without_architecture`` also leap trained on rows whose architecture summaries are
-    blank, as :data:`LEAP_NO_ARCHITECTURE` (what the filled-in public architectures change)."""
+    blank, as :data:`LEAP_NO_ARCHITECTURE` (what the filled-in public architectures change).
+    ``threads``: the cores each of the learned predictor's fits uses; where folds run side by
+    side, :meth:`Parallel.task_threads <leap.eval.parallel.Parallel.task_threads>` (two
+    processes of two LightGBM threads each on two cores took twice the CPU of one process)."""
     preds = baseline_predictors()
-    leap = learned_predictor()
+    leap = learned_predictor(threads)
     if leap is not None:
         preds[LEAP] = leap
         if without_architecture:
-            preds[LEAP_NO_ARCHITECTURE] = AttemptsPredictor(leap_train_and_predict,
-                                                            architecture=False)
+            preds[LEAP_NO_ARCHITECTURE] = AttemptsPredictor(
+                partial(leap_train_and_predict, threads=threads), architecture=False)
     return preds
 
 
@@ -311,7 +319,8 @@ def run_real_data(df: pd.DataFrame, *, predictors: Mapping[str, FitPredict] | No
     on public prices (:func:`ranking_check`), plus data provenance and :func:`verdicts`.
     The folds run on ``parallel`` (default: this process); see :func:`held_out_predictions`.
     """
-    preds = dict(predictors) if predictors is not None else default_predictors()
+    preds = dict(predictors) if predictors is not None else default_predictors(
+        threads=parallel.task_threads(2) if parallel is not None else 2)
     data = df if include_flagged else df[~df["flagged"]].reset_index(drop=True)
     catalog = benchmark_catalog()
     out = run_protocols(data, preds, sources=sources, protocols=protocols, catalog=catalog,
