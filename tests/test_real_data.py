@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -303,6 +305,36 @@ def test_learned_predictor_without_architecture_sees_blank_summaries(
     assert seen[True][0] > 0 and seen[False] == (0, 0)
     assert LEAP_NO_ARCHITECTURE in default_predictors(without_architecture=True)
     assert LEAP_NO_ARCHITECTURE not in default_predictors()
+
+
+def test_the_learned_predictors_fits_run_on_the_threads_they_are_given(
+        clean: pd.DataFrame, catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folds side by side in processes must not each fit on every core (two processes of two
+    LightGBM threads each on two cores took twice the CPU)."""
+    import leap.model.train
+
+    class Fitted(Exception):
+        pass
+
+    seen: list[int] = []
+
+    def train_window(frame: pd.DataFrame, cat: Catalog, as_of: object, cfg: Any) -> None:
+        seen.append(cfg.threads)
+        raise Fitted
+
+    monkeypatch.setattr(leap.model.train, "train_window", train_window)
+    df = clean[clean["source"] == "gavel"].reset_index(drop=True)
+    split = make_splits(df, "unseen_hardware")[0]
+    train, test = df.iloc[split.train], df.iloc[split.test]
+    for threads in (1, 3):
+        for name, predictor in default_predictors(without_architecture=True,
+                                                  threads=threads).items():
+            if name in (LEAP, LEAP_NO_ARCHITECTURE):
+                with pytest.raises(Fitted):
+                    predictor(train, test, catalog)
+    assert seen == [1, 1, 3, 3]
+    # Picklable still, so the folds can travel to worker processes.
+    assert pickle.loads(pickle.dumps(default_predictors(threads=1)[LEAP])) is not None
 
 
 def _oracle(rows: pd.DataFrame) -> FitPredict:

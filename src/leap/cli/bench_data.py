@@ -117,8 +117,8 @@ def evaluate_real_data(*, workers: int | None, quiet: bool, without_architecture
                        **options: Any) -> RealDataResult:
     """:func:`leap.eval.real_data.run_real_data` on the packaged data, with a progress bar.
 
-    ``workers`` processes run the folds (default: one per CPU: the learned predictor's fits
-    are small and mostly single-threaded); ``without_architecture`` also scores the learned
+    ``workers`` processes run the folds (default: one per CPU), each of the learned
+    predictor's fits on its share of the cores; ``without_architecture`` also scores the learned
     predictor with the architecture summaries blanked; ``options`` go to ``run_real_data``.
     """
     from leap.datasets import load_throughput
@@ -161,7 +161,7 @@ def real_data(
         False, "--include-flagged", help="Keep the rows the sources flag as suspect."),
     workers: int = typer.Option(
         None, "--workers", min=1, help="Processes for the folds (default: one per CPU; "
-        "the learned predictor's fits are small and mostly single-threaded).",
+        "each of the learned predictor's fits then runs on its share of the cores).",
         show_default=False),
     without_architecture: bool = typer.Option(
         False, "--without-architecture", help="Also score leap with the rows' architecture "
