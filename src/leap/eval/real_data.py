@@ -234,7 +234,8 @@ def default_predictors(*, without_architecture: bool = False,
     blank, as :data:`LEAP_NO_ARCHITECTURE` (what the filled-in public architectures change).
     ``threads``: the cores each of the learned predictor's fits uses; where folds run side by
     side, :meth:`Parallel.task_threads <leap.eval.parallel.Parallel.task_threads>` (two
-    processes of two LightGBM threads each on two cores took twice the CPU of one process)."""
+    processes of two LightGBM threads each on two cores took 1.7-2.1x the CPU of one thread
+    each)."""
     preds = baseline_predictors()
     leap = learned_predictor(threads)
     if leap is not None:
