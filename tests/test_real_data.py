@@ -237,6 +237,14 @@ def test_knn_prefers_the_same_model_and_scales_per_device(catalog: Catalog) -> N
     assert np.isfinite(NearestNeighbors(k=2)(train, unseen, catalog)[0])
     with pytest.raises(ConfigError, match="k must be >= 1"):
         NearestNeighbors(k=0)
+    # Neighbours at the same distance: the earlier training rows, whatever NumPy's version
+    # (its partial sort took others here).
+    hw = np.random.default_rng(0).choice(["A10", "T4", "L4"], 1000)
+    many = _rows(*[(h, 1, 32, float(i + 1)) for i, h in enumerate(hw)])
+    for k in (1, 3, 5):
+        first = many[TARGET].to_numpy()[hw == "A10"][:k]
+        pred = NearestNeighbors(k=k)(many, test.assign(hardware="A10"), catalog)[0]
+        assert pred == pytest.approx(np.exp(np.log(first).mean()) * 4)
 
 
 def test_linear_scaling_multiplies_the_single_device_rate(catalog: Catalog) -> None:

@@ -209,7 +209,9 @@ class NearestNeighbors(RowPredictor):
     devices, per-device batch), plus a large penalty for another model (so other models are
     used only for a model never seen) and a smaller one for another precision or table. Only
     the neighbours at the nearest penalty level vote. The prediction is the geometric mean of
-    their per-device throughput times the test row's device count.
+    their per-device throughput times the test row's device count. Of neighbours at the same
+    distance, the earlier training rows are taken (NumPy's partial sort leaves that choice to
+    its version: the public tables' figures moved by a row between installs).
 
     Parameters
     ----------
@@ -266,7 +268,7 @@ class NearestNeighbors(RowPredictor):
             for c in ("precision", "table"):
                 d += self._CONFIG_PENALTY * (codes[c][n_tr + start:n_tr + stop, None]
                                              != codes[c][None, :n_tr])
-            nearest = np.argpartition(d, k - 1, axis=1)[:, :k]
+            nearest = np.argsort(d, axis=1, kind="stable")[:, :k]
             dn = np.take_along_axis(d, nearest, axis=1)
             level = np.floor(dn / self._CONFIG_PENALTY)
             vote = level == level.min(axis=1, keepdims=True)
