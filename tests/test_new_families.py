@@ -23,11 +23,14 @@ from leap.eval.new_families import (
 )
 from leap.eval.report import report_tables
 
+#: The study's models: what is compared is the model-type prior, so no pair model (for speed).
+NEW_FAMILIES_CFG = small_train_config(pair_model=False)
+
 
 @pytest.fixture(scope="module")
 def study(sim_workspace: Workspace) -> NewFamiliesResult:
     with Store(sim_workspace.store_path, read_only=True) as store:
-        return new_families_study(store, Catalog.default(), small_train_config(),
+        return new_families_study(store, Catalog.default(), NEW_FAMILIES_CFG,
                                   as_of=SMALL_AS_OF, type_share=0.2, seed=3)
 
 
