@@ -321,7 +321,7 @@ def run_real_data(df: pd.DataFrame, *, predictors: Mapping[str, FitPredict] | No
     The folds run on ``parallel`` (default: this process); see :func:`held_out_predictions`.
     """
     preds = dict(predictors) if predictors is not None else default_predictors(
-        threads=parallel.task_threads(2) if parallel is not None else 2)
+        threads=(parallel or Parallel()).task_threads(2))
     data = df if include_flagged else df[~df["flagged"]].reset_index(drop=True)
     catalog = benchmark_catalog()
     out = run_protocols(data, preds, sources=sources, protocols=protocols, catalog=catalog,
