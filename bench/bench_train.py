@@ -2,13 +2,17 @@
 
 Usage::
 
-    python bench/bench_train.py [--home /tmp/leap-bench] [--no-ablations]
+    python bench/bench_train.py [--home /tmp/leap-bench] [--no-ablations] [--no-next-night]
 
 1. Simulates the default fleet (31 days x 25,000 attempts, seed 1) into ``--home`` unless it
    is already there.
 2. Runs ``leap train --as-of 2026-01-31 --window-days 30 --json`` in a subprocess (train on
-   days 1-30, evaluate on day 31) and reports its wall time split, peak RSS, the held-out
-   accuracy table and the simulator's oracle ceiling.
+   days 1-30, evaluate on day 31) with no pair models kept from an earlier night, and reports
+   its wall time split, peak RSS, the held-out accuracy table and the simulator's oracle
+   ceiling.
+   Then the same night as a nightly run meets it: after the night before (2026-01-30, a dry
+   run) has kept its pair models in ``<home>/cache/pairs``; its held-out figures must be the
+   ones of the first run (``--no-next-night`` skips this).
 3. Loads the published artifact and times scoring one job on 20 candidate types.
 4. Ablations on the same day, sharing one encoded training set: single global model vs the
    cascade, no history features, mean (L2) vs median objective.
@@ -21,12 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +68,28 @@ def ensure_fleet(home: Path) -> None:
     t0 = time.perf_counter()
     leap(home, "simulate", "--days", "31", "--seed", "1")
     print(f"simulated the default fleet in {time.perf_counter() - t0:.1f}s")
+
+
+def timed_train(home: Path, as_of: str, *flags: str) -> tuple[float, dict[str, Any]]:
+    """Wall seconds and JSON of ``leap train --as-of AS_OF --window-days 30 --json``."""
+    t0 = time.perf_counter()
+    proc = leap(home, "train", "--as-of", as_of, "--window-days", "30", "--json", *flags)
+    return time.perf_counter() - t0, json.loads(proc.stdout)
+
+
+def next_night(home: Path, first: dict[str, Any]) -> dict[str, Any]:
+    """The 2026-01-31 night (a dry run) after the night before kept its pair models."""
+    shutil.rmtree(home / "cache" / "pairs", ignore_errors=True)
+    before_s, _ = timed_train(home, "2026-01-30", "--dry-run")
+    wall, out = timed_train(home, AS_OF.date().isoformat(), "--dry-run")
+    same = out["metrics"]["held_out"] == first["metrics"]["held_out"]
+    print(f"the next night (after 2026-01-30's run, {before_s:.0f}s, kept its pair models): "
+          f"{wall:.0f}s wall; held-out figures {'the same' if same else 'DIFFERENT'}")
+    print("  split: " + ", ".join(f"{k} {v:.1f}" for k, v in out["timings_s"].items()))
+    if not same:
+        raise SystemExit("the pair models read from the cache changed the night's model")
+    return {"night_before_wall_s": before_s, "wall_s": wall, "timings_s": out["timings_s"],
+            "same_held_out": same}
 
 
 def scoring_latency(home: Path) -> dict[str, float]:
@@ -109,7 +137,7 @@ def ablations(home: Path) -> dict[str, dict[str, float]]:
         model = fit_model(t, cfg)
         fit_s = time.perf_counter() - t0
         pred = model.predict(t.eval_X, base=base_margin(t.eval_X, t.spec, t.fallback_log_tp))
-        res = evaluate(pred, t.eval_jobs, seen)
+        res = evaluate(pred, t.eval_jobs, seen, AS_OF.date().isoformat())
         masked = float("nan")
         if "fam_hw_n" in t.spec.names and len(t.eval_masked_rows):
             # The held-out day's attempts with their own pair history masked.
@@ -117,12 +145,13 @@ def ablations(home: Path) -> dict[str, dict[str, float]]:
             pm = model.predict(xm, base=base_margin(xm, t.spec, t.fallback_log_tp))
             masked = metrics.accuracy(np.exp(pm), ts.eval_jobs["throughput"].to_numpy()[
                 ts.eval_masked_rows])
-        out[name] = {"accuracy": res["accuracy"], "accuracy_gpu_hours":
-                     res["accuracy_gpu_hours"], "median_ape": res["median_ape"],
-                     "unseen_families_accuracy": res["unseen_families"]["accuracy"],
+        gpu_h = float("nan") if res.accuracy_gpu_hours is None else res.accuracy_gpu_hours
+        out[name] = {"accuracy": res.accuracy, "accuracy_gpu_hours": gpu_h,
+                     "median_ape": res.median_ape,
+                     "unseen_families_accuracy": res.unseen_families.accuracy,
                      "masked_pairs_accuracy": masked, "fit_s": fit_s}
-        print(f"  {name:<36} acc {res['accuracy']:.3f}  GPU-h {res['accuracy_gpu_hours']:.3f}"
-              f"  MdAPE {res['median_ape']:.3f}  unseen {res['unseen_families']['accuracy']:.3f}"
+        print(f"  {name:<36} acc {res.accuracy:.3f}  GPU-h {gpu_h:.3f}"
+              f"  MdAPE {res.median_ape:.3f}  unseen {res.unseen_families.accuracy:.3f}"
               f"  masked pairs {masked:.3f}  fit {fit_s:.0f}s", flush=True)
     return out
 
@@ -131,16 +160,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path, default=Path("/tmp/leap-bench"))
     ap.add_argument("--no-ablations", action="store_true")
+    ap.add_argument("--no-next-night", action="store_true")
     args = ap.parse_args()
     home: Path = args.home
     ensure_fleet(home)
 
-    t0 = time.perf_counter()
-    proc = leap(home, "train", "--as-of", "2026-01-31", "--window-days", "30", "--force",
-                "--json")
-    wall = time.perf_counter() - t0
+    shutil.rmtree(home / "cache" / "pairs", ignore_errors=True)  # a first night
+    wall, trained = timed_train(home, AS_OF.date().isoformat(), "--force")
     peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-    trained = json.loads(proc.stdout)
     held = trained["metrics"]["held_out"]
     print(f"nightly training: {wall:.0f}s wall (process), peak RSS {peak_gib:.2f} GiB")
     print("  split: " + ", ".join(f"{k} {v:.1f}" for k, v in trained["timings_s"].items()))
@@ -160,6 +187,8 @@ def main() -> None:
           f"p99 {latency['p99_ms']:.2f} ms")
     result = {"train_wall_s": wall, "train_peak_rss_gib": peak_gib, "train": trained,
               "scoring": latency}
+    if not args.no_next_night:
+        result["next_night"] = next_night(home, trained)
     if not args.no_ablations:
         print("ablations (same held-out day, one shared training set):")
         result["ablations"] = ablations(home)

@@ -582,6 +582,9 @@ def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> 
     out = json.loads(res.stdout)
     assert out["published"] and 0 < out["metrics"]["held_out"]["accuracy"] <= 1
     assert 0.8 < out["metrics"]["held_out"]["oracle_ceiling"] <= 1.0
+    # The night's pair models are kept for the next night's run.
+    kept = list((fresh_copy.home / "cache" / "pairs").iterdir())
+    assert kept and all((entry / "entry.json").exists() for entry in kept)
     # Each novelty group with the families it is worth and its family-resampled confidence,
     # printed as a table without --json.
     seen = out["metrics"]["held_out"]["novelty"]["seen_config"]

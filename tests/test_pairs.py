@@ -39,6 +39,7 @@ from leap.features.pairs import (
     PairModel,
     PairParams,
     PairSchedule,
+    PairStore,
     refit_day,
 )
 
@@ -481,6 +482,66 @@ def test_the_schedule_fits_the_usable_attempts_of_an_unfiltered_window(
     t = datetime(2026, 1, 15, 13, tzinfo=UTC)
     a, b = PairSchedule(spread, CAT, FAST)(t), PairSchedule(raw, CAT, FAST)(t)
     assert a is not None and b is not None and a.fingerprint() == b.fingerprint()
+
+
+
+def test_a_pair_store_keeps_each_fit_for_the_next_run(tmp_path: Path, attempts: pd.DataFrame,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later schedule (the next night's process) reads a model fit on the same rows from
+    the store instead of fitting it, and scores as the fitted one did; rows that changed,
+    or an entry that does not load, are fit afresh; pruning drops older refit days."""
+    spread = attempts.copy()
+    spread["submitted_at"] = AS_OF - pd.to_timedelta(np.arange(len(spread)) % 40, unit="D") \
+        - pd.Timedelta(hours=1)
+    t = datetime(2026, 1, 15, 13, tzinfo=UTC)
+    day = refit_day(t)
+    store = PairStore(tmp_path / "pairs")
+    first = PairSchedule(spread, CAT, FAST, store=store)(t)
+    assert first is not None
+    (entry,) = store.directory.iterdir()
+    assert json.loads((entry / "entry.json").read_text()) == {"day": day.date().isoformat()}
+    fits: list[int] = []
+    fit = PairModel.fit.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(PairModel, "fit", classmethod(
+        lambda cls, *a, **k: fits.append(1) or fit(cls, *a, **k)))
+    again = PairSchedule(spread, CAT, FAST, store=store)(t)
+    assert again is not None and again is not first and fits == []
+    jobs = Columns.from_frame(attempts.head(60))
+    hw_a = np.array(TYPES * 20, dtype=object)
+    hw_b = np.roll(hw_a, 1)
+    np.testing.assert_array_equal(again.predict(jobs, hw_a, hw_b, CAT),
+                                  first.predict(jobs, hw_a, hw_b, CAT))
+    shapes = attempts.head(60)[["trainer_count", "devices_per_trainer", "batch_size"]] \
+        .to_numpy(dtype=np.float64) * [1, 1, 2]
+    np.testing.assert_array_equal(again.predict_shapes(jobs, shapes, CAT),
+                                  first.predict_shapes(jobs, shapes, CAT))
+    assert again.neighbour_share == first.neighbour_share
+    np.testing.assert_array_equal(again.shape_reach, first.shape_reach)
+    # One throughput in the fit's two weeks changed (a late correction): fit, kept beside.
+    inside = np.flatnonzero((spread["submitted_at"] < day)
+                            & (spread["submitted_at"] >= day - timedelta(days=PAIR_DAYS)))
+    changed = spread.copy()
+    changed.loc[changed.index[inside[0]], "throughput"] *= 1.01
+    PairSchedule(changed, CAT, FAST, store=store)(t)
+    assert fits == [1] and len(list(store.directory.iterdir())) == 2
+    # Other settings are another entry's key; an entry that does not load is fit again.
+    rows = spread.iloc[inside]
+    assert store.key(day.date(), rows, CAT, FAST) \
+        != store.key(day.date(), rows, CAT, replace(FAST, rounds=151))
+    (entry / "pairs_0.txt").write_text("not a model")
+    assert PairSchedule(spread, CAT, FAST, store=store)(t) is not None and fits == [1, 1]
+    assert PairSchedule(spread, CAT, FAST, store=store)(t) is not None and fits == [1, 1]
+    # A night reads its window's refit days and its own fresh fit; later nights only the
+    # refit days (a past night's fresh fit, on its own two weeks, no night reads again).
+    served = day + timedelta(days=2)
+    PairSchedule(spread, CAT, FAST, store=store, fresh_at=served)(served)
+    assert fits == [1, 1, 1] and len(list(store.directory.iterdir())) == 3
+    assert store.prune(day.date(), served.date()) == 0
+    assert store.prune(day.date(), served.date() + timedelta(days=1)) == 1
+    (store.directory / ".half-written.tmp").mkdir()
+    assert store.prune((day + timedelta(days=1)).date(), served.date()) == 3
+    assert list(store.directory.iterdir()) == []
+    assert PairStore(tmp_path / "none").prune(day.date(), day.date()) == 0
 
 
 class _Constant:

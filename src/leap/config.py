@@ -31,6 +31,11 @@ class Workspace:
         return self.home / "models"
 
     @property
+    def pair_cache_dir(self) -> Path:
+        """Pair models kept between nightly trainings (:class:`leap.features.pairs.PairStore`)."""
+        return self.home / "cache" / "pairs"
+
+    @property
     def work_dir(self) -> Path:
         """Scratch space for resumable jobs (backtests) and reports."""
         return self.home / "work"

@@ -70,6 +70,7 @@ def train(
     """Train the nightly model on the window before --as-of and publish it."""
     from leap.catalog import Catalog
     from leap.data.store import Store
+    from leap.features.pairs import PairStore
     from leap.model.artifact import Registry
     from leap.model.train import train_nightly
     from leap.model.window import TrainConfig
@@ -102,7 +103,8 @@ def train(
                 result = train_nightly(store, catalog, Registry(ws.models_dir),
                                        as_of=parse_day(as_of), cfg=cfg, publish=not dry_run,
                                        force=force, progress=progress, now=datetime.now(UTC),
-                                       dask_client=client, export_dir=export_dir)
+                                       dask_client=client, export_dir=export_dir,
+                                       pair_store=PairStore(ws.pair_cache_dir))
         out = result.to_json()
         if result.metrics.held_out is not None:
             from leap.eval.oracle import day_ceiling

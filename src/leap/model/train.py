@@ -30,6 +30,7 @@ from leap.features.encode import (
     new_vendor,
 )
 from leap.features.history import LEVELS, Snapshot
+from leap.features.pairs import PairStore
 from leap.memory import release_free_memory
 from leap.model.artifact import (
     NEW_TRAINER_COUNT_ALONE,
@@ -49,6 +50,7 @@ from leap.model.window import (
     build_training_set,
     day_start,
     default_as_of,
+    oldest_refit_day,
     window_attempts,
 )
 from leap.records import Record
@@ -342,16 +344,18 @@ class WindowModel:
 
 def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
                  cfg: TrainConfig | None = None, progress: Progress | None = None,
-                 cache: EncodeCache | None = None) -> WindowModel:
+                 cache: EncodeCache | None = None,
+                 pair_store: PairStore | None = None) -> WindowModel:
     """Train on the ``cfg.window_days`` days of ``attempts`` before ``as_of``; evaluate on its day.
 
     ``attempts`` must reach back ``window_days + lookback_days`` before ``as_of`` for full
     history (see :func:`load_attempts`); later attempts are used only for evaluation.
-    ``cache`` is shared by consecutive nights (see :class:`EncodeCache`).
+    ``cache`` is shared by consecutive nights in one process (see :class:`EncodeCache`),
+    ``pair_store`` by consecutive runs (see :class:`~leap.features.pairs.PairStore`).
     """
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
-    ts = build_training_set(attempts, catalog, as_of, cfg, progress, cache)
+    ts = build_training_set(attempts, catalog, as_of, cfg, progress, cache, pair_store)
     return fit_window(ts, catalog, as_of, cfg, progress)
 
 
@@ -420,7 +424,8 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
                   as_of: datetime | None = None, cfg: TrainConfig | None = None,
                   publish: bool = True, force: bool = False,
                   progress: Progress | None = None, now: datetime | None = None,
-                  dask_client: Any = None, export_dir: Path | None = None) -> TrainResult:
+                  dask_client: Any = None, export_dir: Path | None = None,
+                  pair_store: PairStore | None = None) -> TrainResult:
     """Train on the window before ``as_of``, evaluate on its day, gate, and publish.
 
     Parameters
@@ -430,6 +435,11 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     as_of : datetime, optional
         Start of the held-out day (UTC midnight); default :func:`default_as_of` (with ``now``).
     cfg : TrainConfig, optional
+    pair_store : PairStore, optional
+        Where the pair models are kept between nights (``leap train``: ``<home>/cache/pairs``):
+        those fit on the same rows before are read instead of fit, and the ones no later night
+        reads are removed (:meth:`~leap.features.pairs.PairStore.prune`). Not used with
+        ``dask_client``.
     publish : bool
         Write and publish the artifact (False: train and evaluate only).
     force : bool
@@ -465,7 +475,10 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     else:
         attempts = window_attempts(store, as_of, cfg)
         load_s = time.perf_counter() - t0
-        ts = build_training_set(attempts, catalog, as_of, cfg, progress)
+        ts = build_training_set(attempts, catalog, as_of, cfg, progress,
+                                pair_store=pair_store)
+        if pair_store is not None:
+            pair_store.prune(oldest_refit_day(as_of, cfg), as_of.date())
         del attempts  # the fit needs only the encoded rows: free the raw ones first
         release_free_memory()
         wm = fit_window(ts, catalog, as_of, cfg, progress)

@@ -33,7 +33,14 @@ from leap.features.encode import (
     novelty,
 )
 from leap.features.history import LEVELS, HistoryBuilder, Snapshot, prepare_history
-from leap.features.pairs import PAIR_DAYS, PairModel, PairParams, PairSchedule, refit_day
+from leap.features.pairs import (
+    PAIR_DAYS,
+    PairModel,
+    PairParams,
+    PairSchedule,
+    PairStore,
+    refit_day,
+)
 from leap.features.transfer import TRANSFER_FEATURES
 from leap.memory import release_free_memory
 from leap.threads import map_in_order, run_each
@@ -245,7 +252,7 @@ class EncodeCache:
             del self.masked[k]
         for h in [h for h in self.history if h[0] < lookback]:
             del self.history[h]
-        oldest_refit = refit_day(as_of - timedelta(days=cfg.window_days)).date().isoformat()
+        oldest_refit = oldest_refit_day(as_of, cfg).isoformat()
         for p in [p for p in self.pairs if p[0] < oldest_refit]:
             del self.pairs[p]
 
@@ -333,7 +340,8 @@ def submitted_in(attempts: pd.DataFrame, start: datetime | None, end: datetime) 
 
 def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
                     cfg: TrainConfig, cache: EncodeCache | None = None,
-                    share: float | None = None) -> HistoryBuilder:
+                    share: float | None = None,
+                    pair_store: PairStore | None = None) -> HistoryBuilder:
     """Snapshots (and pair models) from the attempts of ``attempts`` before ``until``; the
     snapshot as of ``until`` itself (the night served) reads a pair model fit just before it
     (see :class:`~leap.features.pairs.PairSchedule`), and every earlier snapshot its share of
@@ -341,19 +349,25 @@ def history_builder(attempts: pd.DataFrame, catalog: Catalog, until: datetime,
     past = submitted_in(attempts, None, until)
     prepared = _prepared_history(past, catalog, cache)
     return HistoryBuilder(prepared, lookback_days=cfg.lookback_days,
-                          pairs=pair_schedule(past, catalog, until, cfg, cache, share))
+                          pairs=pair_schedule(past, catalog, until, cfg, cache, share,
+                                              pair_store))
 
 
 def pair_schedule(past: pd.DataFrame, catalog: Catalog, until: datetime, cfg: TrainConfig,
-                  cache: EncodeCache | None = None, share: float | None = None
-                  ) -> PairSchedule | None:
+                  cache: EncodeCache | None = None, share: float | None = None,
+                  store: PairStore | None = None) -> PairSchedule | None:
     """The pair models of the night served at ``until``, from ``past`` (the attempts before
-    it); ``None`` where ``cfg`` trains without them."""
+    it), found in ``store`` where it kept them; ``None`` where ``cfg`` trains without them."""
     if not (cfg.pair_model and cfg.use_history):
         return None
     return PairSchedule(past, catalog, PairParams(seed=cfg.seed, num_threads=cfg.threads),
                         cache.pairs if cache is not None else None, fresh_at=until,
-                        share=share)
+                        share=share, store=store)
+
+
+def oldest_refit_day(as_of: datetime, cfg: TrainConfig) -> date:
+    """The refit day of the oldest pair model the window before ``as_of`` reads."""
+    return refit_day(as_of - timedelta(days=cfg.window_days)).date()
 
 
 def window_spec(train_rows: pd.DataFrame, catalog: Catalog, cfg: TrainConfig,
@@ -696,16 +710,18 @@ def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
 
 def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
                        cfg: TrainConfig, progress: Progress | None = None,
-                       cache: EncodeCache | None = None) -> TrainingSet:
+                       cache: EncodeCache | None = None,
+                       pair_store: PairStore | None = None) -> TrainingSet:
     """Encode the window's succeeded attempts, each with history as of its own day.
 
     Each day also contributes masked rows (:func:`masked_rows`, ``cfg.mask_share`` of its
     pairs). Consecutive nightly windows share most of this work: pass the same ``cache`` to
-    reuse each day's encoded blocks and prepared history instead of rebuilding them.
+    reuse each day's encoded blocks and prepared history instead of rebuilding them, or (from
+    one process to the next) a ``pair_store`` to reuse the pair models fit on the same rows.
     """
     window_start = as_of - timedelta(days=cfg.window_days)
     t0 = time.perf_counter()
-    builder = history_builder(attempts, catalog, as_of, cfg, cache)
+    builder = history_builder(attempts, catalog, as_of, cfg, cache, pair_store=pair_store)
     timings = {"history_prepare_s": time.perf_counter() - t0}
     # Every pair model the night's snapshots read (the window's weekly refits and the served
     # night's fresh fit) is fit now, before the window's matrix is built: a fit's working
