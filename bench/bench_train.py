@@ -7,12 +7,12 @@ Usage::
 1. Simulates the default fleet (31 days x 25,000 attempts, seed 1) into ``--home`` unless it
    is already there.
 2. Runs ``leap train --as-of 2026-01-31 --window-days 30 --json`` in a subprocess (train on
-   days 1-30, evaluate on day 31) with no pair models kept from an earlier night, and reports
-   its wall time split, peak RSS, the held-out accuracy table and the simulator's oracle
-   ceiling.
-   Then the same night as a nightly run meets it: after the night before (2026-01-30, a dry
-   run) has kept its pair models in ``<home>/cache/pairs``; its held-out figures must be the
-   ones of the first run (``--no-next-night`` skips this).
+   days 1-30, evaluate on day 31) with nothing kept from an earlier night (a first night),
+   and reports its wall time split, peak RSS, the held-out accuracy table and the
+   simulator's oracle ceiling. Then the same night as a nightly run meets it: after the
+   night before (2026-01-30, a dry run) has kept its encoded days and pair models in
+   ``<home>/cache``; its held-out figures must be the ones of the first night
+   (``--no-next-night`` skips this).
 3. Loads the published artifact and times scoring one job on 20 candidate types.
 4. Ablations on the same day, sharing one encoded training set: single global model vs the
    cascade, no history features, mean (L2) vs median objective.
@@ -78,16 +78,16 @@ def timed_train(home: Path, as_of: str, *flags: str) -> tuple[float, dict[str, A
 
 
 def next_night(home: Path, first: dict[str, Any]) -> dict[str, Any]:
-    """The 2026-01-31 night (a dry run) after the night before kept its pair models."""
-    shutil.rmtree(home / "cache" / "pairs", ignore_errors=True)
+    """The 2026-01-31 night (a dry run) after the night before kept its days and models."""
+    shutil.rmtree(home / "cache", ignore_errors=True)
     before_s, _ = timed_train(home, "2026-01-30", "--dry-run")
     wall, out = timed_train(home, AS_OF.date().isoformat(), "--dry-run")
     same = out["metrics"]["held_out"] == first["metrics"]["held_out"]
-    print(f"the next night (after 2026-01-30's run, {before_s:.0f}s, kept its pair models): "
+    print(f"the next night (after 2026-01-30's run, {before_s:.0f}s, kept its work): "
           f"{wall:.0f}s wall; held-out figures {'the same' if same else 'DIFFERENT'}")
     print("  split: " + ", ".join(f"{k} {v:.1f}" for k, v in out["timings_s"].items()))
     if not same:
-        raise SystemExit("the pair models read from the cache changed the night's model")
+        raise SystemExit("what the night read from the cache changed its model")
     return {"night_before_wall_s": before_s, "wall_s": wall, "timings_s": out["timings_s"],
             "same_held_out": same}
 
@@ -165,7 +165,7 @@ def main() -> None:
     home: Path = args.home
     ensure_fleet(home)
 
-    shutil.rmtree(home / "cache" / "pairs", ignore_errors=True)  # a first night
+    shutil.rmtree(home / "cache", ignore_errors=True)  # a first night
     wall, trained = timed_train(home, AS_OF.date().isoformat(), "--force")
     peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     held = trained["metrics"]["held_out"]

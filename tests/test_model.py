@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import lightgbm as lgb
 import numpy as np
@@ -33,6 +34,7 @@ from leap.features.encode import (
 from leap.features.history import HistoryBuilder, prepare_history
 from leap.features.pairs import PairSchedule
 from leap.metrics import si
+from leap.model import window
 from leap.model.artifact import (
     NEW_TRAINER_COUNT_ALONE,
     Registry,
@@ -45,13 +47,19 @@ from leap.model.parity import check_parity
 from leap.model.split import NoveltySplitModel, model_from_files
 from leap.model.train import train_nightly
 from leap.model.window import (
+    DayBlocks,
+    DayStore,
     build_training_set,
+    encode_days,
     family_codes,
+    history_builder,
     load_attempts,
     new_model_type_rows,
     new_trainer_count_rows,
     new_type_rows,
+    submitted_in,
     succeeded_attempts,
+    window_spec,
 )
 
 CAT = Catalog.default()
@@ -135,6 +143,55 @@ def test_days_encoded_side_by_side_are_the_days_encoded_one_by_one(
     on_last = (one.day == cfg.window_days - 1) & ~one.masked
     np.testing.assert_array_equal(
         one.family[on_last], family_codes(succeeded_attempts(last, CAT)["family_id"]))
+
+
+
+def test_a_night_reads_the_days_the_night_before_kept(attempts: pd.DataFrame, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a day store, a night encodes only the days the night before did not keep, and
+    its rows are the rows of a night without one; a day whose attempts changed (a late
+    correction) is encoded again, and so is every later day whose history holds it."""
+    cfg = small_train_config(window_days=3, pair_model=False)
+    store = DayStore(tmp_path / "days")
+    encoded: set[datetime] = set()
+    real = window.encode
+
+    def encode_counted(rows: pd.DataFrame, snap: Any, *args: Any, **kw: Any) -> np.ndarray:
+        encoded.add(snap.as_of)
+        return real(rows, snap, *args, **kw)
+
+    monkeypatch.setattr(window, "encode", encode_counted)
+
+    def night(frame: pd.DataFrame, as_of: datetime, day_store: DayStore | None) -> DayBlocks:
+        encoded.clear()
+        start = as_of - timedelta(days=cfg.window_days)
+        builder = history_builder(frame, CAT, as_of, cfg)
+        spec = window_spec(succeeded_attempts(submitted_in(frame, start, as_of), CAT), CAT,
+                           cfg, start, as_of)
+        try:
+            return encode_days(frame, builder, CAT, start, range(cfg.window_days), cfg, spec,
+                               day_store=day_store)
+        finally:
+            builder.close()
+
+    day = [SMALL_AS_OF - timedelta(days=k) for k in (4, 3, 2, 1)]
+    night(attempts, day[3], store)
+    assert encoded == set(day[:3]) and len(list(store.disk.directory.iterdir())) == 3
+    cold = night(attempts, SMALL_AS_OF, None)
+    warm = night(attempts, SMALL_AS_OF, store)
+    assert encoded == {day[3]} and cold.masked.any()
+    for name in ("X", "y", "day", "masked", "group", "family"):
+        np.testing.assert_array_equal(getattr(warm, name), getattr(cold, name), err_msg=name)
+    # One throughput on the window's second day corrected: that day and the last re-encoded.
+    changed = attempts.copy()
+    on_day = np.flatnonzero((changed["submitted_at"] >= day[2])
+                            & (changed["submitted_at"] < day[3]))
+    changed.loc[changed.index[on_day[0]], "throughput"] *= 1.5
+    later = DayStore(store.disk.directory)
+    night(changed, SMALL_AS_OF, later)
+    assert encoded == {day[2], day[3]}
+    # What the next night can read is what this one read or encoded: the rest goes.
+    assert len(list(store.disk.directory.iterdir())) == 6 and later.prune() == 3
 
 
 def test_boosters_grown_side_by_side_are_the_boosters_grown_one_by_one() -> None:
@@ -582,9 +639,9 @@ def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> 
     out = json.loads(res.stdout)
     assert out["published"] and 0 < out["metrics"]["held_out"]["accuracy"] <= 1
     assert 0.8 < out["metrics"]["held_out"]["oracle_ceiling"] <= 1.0
-    # The night's pair models are kept for the next night's run.
-    kept = list((fresh_copy.home / "cache" / "pairs").iterdir())
-    assert kept and all((entry / "entry.json").exists() for entry in kept)
+    # The night's pair models and encoded days are kept for the next night's run.
+    for kept in ("pairs", "days"):
+        assert any((fresh_copy.home / "cache" / kept).iterdir()), kept
     # Each novelty group with the families it is worth and its family-resampled confidence,
     # printed as a table without --json.
     seen = out["metrics"]["held_out"]["novelty"]["seen_config"]

@@ -489,7 +489,8 @@ def test_a_pair_store_keeps_each_fit_for_the_next_run(tmp_path: Path, attempts: 
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A later schedule (the next night's process) reads a model fit on the same rows from
     the store instead of fitting it, and scores as the fitted one did; rows that changed,
-    or an entry that does not load, are fit afresh; pruning drops older refit days."""
+    or an entry that does not load, are fit afresh; a night's pruning keeps only what it
+    read or fit."""
     spread = attempts.copy()
     spread["submitted_at"] = AS_OF - pd.to_timedelta(np.arange(len(spread)) % 40, unit="D") \
         - pd.Timedelta(hours=1)
@@ -498,8 +499,7 @@ def test_a_pair_store_keeps_each_fit_for_the_next_run(tmp_path: Path, attempts: 
     store = PairStore(tmp_path / "pairs")
     first = PairSchedule(spread, CAT, FAST, store=store)(t)
     assert first is not None
-    (entry,) = store.directory.iterdir()
-    assert json.loads((entry / "entry.json").read_text()) == {"day": day.date().isoformat()}
+    (entry,) = store.disk.directory.iterdir()
     fits: list[int] = []
     fit = PairModel.fit.__func__  # type: ignore[attr-defined]
     monkeypatch.setattr(PairModel, "fit", classmethod(
@@ -523,7 +523,7 @@ def test_a_pair_store_keeps_each_fit_for_the_next_run(tmp_path: Path, attempts: 
     changed = spread.copy()
     changed.loc[changed.index[inside[0]], "throughput"] *= 1.01
     PairSchedule(changed, CAT, FAST, store=store)(t)
-    assert fits == [1] and len(list(store.directory.iterdir())) == 2
+    assert fits == [1] and len(list(store.disk.directory.iterdir())) == 2
     # Other settings are another entry's key; an entry that does not load is fit again.
     rows = spread.iloc[inside]
     assert store.key(day.date(), rows, CAT, FAST) \
@@ -531,18 +531,16 @@ def test_a_pair_store_keeps_each_fit_for_the_next_run(tmp_path: Path, attempts: 
     (entry / "pairs_0.txt").write_text("not a model")
     assert PairSchedule(spread, CAT, FAST, store=store)(t) is not None and fits == [1, 1]
     assert PairSchedule(spread, CAT, FAST, store=store)(t) is not None and fits == [1, 1]
-    # A night reads its window's refit days and its own fresh fit; later nights only the
-    # refit days (a past night's fresh fit, on its own two weeks, no night reads again).
+    # The next night's store reads the refit day's model and fits its own fresh one; what
+    # it did neither with (the corrected rows' model) and a half-written entry are removed.
     served = day + timedelta(days=2)
-    PairSchedule(spread, CAT, FAST, store=store, fresh_at=served)(served)
-    assert fits == [1, 1, 1] and len(list(store.directory.iterdir())) == 3
-    assert store.prune(day.date(), served.date()) == 0
-    assert store.prune(day.date(), served.date() + timedelta(days=1)) == 1
-    (store.directory / ".half-written.tmp").mkdir()
-    assert store.prune((day + timedelta(days=1)).date(), served.date()) == 3
-    assert list(store.directory.iterdir()) == []
-    assert PairStore(tmp_path / "none").prune(day.date(), day.date()) == 0
-
+    later = PairStore(store.disk.directory)
+    PairSchedule(spread, CAT, FAST, store=later, fresh_at=served)(day + timedelta(days=1))
+    PairSchedule(spread, CAT, FAST, store=later, fresh_at=served)(served)
+    assert fits == [1, 1, 1] and len(list(store.disk.directory.iterdir())) == 3
+    (store.disk.directory / ".half-written.tmp").mkdir()
+    assert later.prune() == 2 and len(list(store.disk.directory.iterdir())) == 2
+    assert PairStore(tmp_path / "none").prune() == 0
 
 class _Constant:
     """A stand-in booster that predicts one move for every row."""

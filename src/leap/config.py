@@ -31,9 +31,9 @@ class Workspace:
         return self.home / "models"
 
     @property
-    def pair_cache_dir(self) -> Path:
-        """Pair models kept between nightly trainings (:class:`leap.features.pairs.PairStore`)."""
-        return self.home / "cache" / "pairs"
+    def cache_dir(self) -> Path:
+        """What a nightly training keeps for the next (:class:`leap.model.window.NightCache`)."""
+        return self.home / "cache"
 
     @property
     def work_dir(self) -> Path:

@@ -67,13 +67,16 @@ def train(
                                     "only)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Train the nightly model on the window before --as-of and publish it."""
+    """Train the nightly model on the window before --as-of and publish it.
+
+    The days it encodes and the pair models it fits are kept in <home>/cache for the next
+    night, which reads what was made from the same attempts instead of making it again.
+    """
     from leap.catalog import Catalog
     from leap.data.store import Store
-    from leap.features.pairs import PairStore
     from leap.model.artifact import Registry
     from leap.model.train import train_nightly
-    from leap.model.window import TrainConfig
+    from leap.model.window import NightCache, TrainConfig
 
     ws = workspace(ctx)
     cfg = TrainConfig(window_days=window_days, model_kind=model, n_specialists=specialists,
@@ -104,7 +107,7 @@ def train(
                                        as_of=parse_day(as_of), cfg=cfg, publish=not dry_run,
                                        force=force, progress=progress, now=datetime.now(UTC),
                                        dask_client=client, export_dir=export_dir,
-                                       pair_store=PairStore(ws.pair_cache_dir))
+                                       disk_cache=NightCache.at(ws.cache_dir))
         out = result.to_json()
         if result.metrics.held_out is not None:
             from leap.eval.oracle import day_ceiling

@@ -42,11 +42,8 @@ on the blend they serve; like the trees' own split points, it is chosen on the w
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import json
-import os
-import shutil
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
@@ -57,6 +54,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from leap.cache import DiskCache, digest, source_digest
 from leap.catalog import Catalog
 from leap.data.schema import PRECISIONS
 from leap.data.usage import usable_mask
@@ -480,7 +478,7 @@ class PairSchedule:
         if model is None:
             model = PairModel.fit(rows, self.catalog, self.params)
             if model is not None:
-                self.store.put(digest, day.date(), model)
+                self.store.put(digest, model)
         return model
 
     def _usable(self, rows: np.ndarray) -> pd.DataFrame:
@@ -500,83 +498,36 @@ class PairSchedule:
 
 class PairStore:
     """Fitted pair models kept on disk from one night to the next (``leap train`` keeps them
-    in ``<home>/cache/pairs``).
+    in ``<home>/cache/pairs``; see :mod:`leap.cache`).
 
     A night's window reads about five pair models: one per weekly refit day in it
     (:class:`PairSchedule`), and the one fit just before the night served. All but that last
     one are models the night before fit too, on the same rows, so a night that finds them
-    here fits one or two instead of five (9 s each on the default fleet).
-
-    An entry is found by a digest of everything its fit reads: the rows (every column, in
-    order), the catalog, the settings, the refit day and the source of leap itself. A late
-    attempt, a catalog edit or another leap version therefore misses and fits afresh. An
-    entry is the model's own files (:meth:`PairModel.save`: LightGBM text and JSON),
-    written to a temporary folder and renamed into place; one that does not load is fit
-    again and replaced.
+    here fits one or two instead of five (9 s each on the default fleet). An entry is found
+    by a digest of everything its fit reads: the rows (every column, in order), the catalog,
+    the settings, the refit day and the source of leap itself, so a late attempt, a catalog
+    edit or another leap version fits afresh. It holds the model's own files
+    (:meth:`PairModel.save`: LightGBM text and JSON; about 11 MB on the default fleet).
     """
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
+        self.disk = DiskCache(directory)
 
     @staticmethod
     def key(day: date, rows: pd.DataFrame, catalog: Catalog, params: PairParams) -> str:
         """The digest a fit on ``rows`` for ``day`` is kept under."""
-        h = hashlib.sha256(json.dumps([day.isoformat(), list(map(str, rows.columns)),
-                                       catalog.fingerprint(), repr(params), _code_digest()]
-                                      ).encode())
-        h.update(pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
-        return h.hexdigest()[:32]
+        return digest([day.isoformat(), list(map(str, rows.columns)), catalog.fingerprint(),
+                       repr(params), source_digest()],
+                      pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
 
     def get(self, key: str) -> PairModel | None:
-        """The model kept under ``key``; ``None`` when there is none or it does not load
-        (the entry is then removed, to be written again)."""
-        entry = self.directory / key
-        try:
-            return PairModel.load(entry)
-        except ArtifactError:
-            shutil.rmtree(entry, ignore_errors=True)
-            return None
+        """The model kept under ``key``, or ``None``."""
+        return self.disk.read(key, PairModel.load)
 
-    def put(self, key: str, day: date, model: PairModel) -> None:
-        """Keep ``model`` under ``key`` (a concurrent writer's entry for the same key, the
-        same model, is left as it is)."""
-        tmp = self.directory / f".{key}.{os.getpid()}.tmp"
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            model.save(tmp)
-            (tmp / "entry.json").write_text(json.dumps({"day": day.isoformat()}))
-            os.rename(tmp, self.directory / key)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+    def put(self, key: str, model: PairModel) -> None:
+        self.disk.write(key, model.save)
 
-    def prune(self, oldest: date, served: date) -> int:
-        """Remove what no night served at ``served`` or later reads: the entries of days
-        before ``oldest`` (the oldest refit day its window reads), the fresh fits of past
-        nights (days before ``served`` that are no refit day), and any entry left
-        half-written. Returns how many."""
-        if not self.directory.is_dir():
-            return 0
-        removed = 0
-        for entry in self.directory.iterdir():
-            try:
-                day = date.fromisoformat(json.loads((entry / "entry.json").read_text())["day"])
-                past_night = day < served and day != refit_day(
-                    datetime(day.year, day.month, day.day, tzinfo=UTC)).date()
-                stale = entry.name.startswith(".") or day < oldest or past_night
-            except (OSError, ValueError, KeyError, TypeError):
-                stale = True
-            if stale:
-                shutil.rmtree(entry, ignore_errors=True)
-                removed += 1
-        return removed
-
-
-@functools.cache
-def _code_digest() -> str:
-    """A digest of leap's source (every ``.py`` and ``.pyx`` file of the package)."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for path in sorted([*root.rglob("*.py"), *root.rglob("*.pyx")]):
-        h.update(path.relative_to(root).as_posix().encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+    def prune(self) -> int:
+        """Remove every model this night neither read nor fit (:meth:`DiskCache.prune`):
+        the next night reads the refit days of its window, each read or fit tonight."""
+        return self.disk.prune()

@@ -30,7 +30,6 @@ from leap.features.encode import (
     new_vendor,
 )
 from leap.features.history import LEVELS, Snapshot
-from leap.features.pairs import PairStore
 from leap.memory import release_free_memory
 from leap.model.artifact import (
     NEW_TRAINER_COUNT_ALONE,
@@ -44,13 +43,13 @@ from leap.model.intervals import IntervalCalibrator
 from leap.model.split import Model, NoveltySplitModel
 from leap.model.window import (
     EncodeCache,
+    NightCache,
     Progress,
     TrainConfig,
     TrainingSet,
     build_training_set,
     day_start,
     default_as_of,
-    oldest_refit_day,
     window_attempts,
 )
 from leap.records import Record
@@ -345,17 +344,17 @@ class WindowModel:
 def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
                  cfg: TrainConfig | None = None, progress: Progress | None = None,
                  cache: EncodeCache | None = None,
-                 pair_store: PairStore | None = None) -> WindowModel:
+                 disk_cache: NightCache | None = None) -> WindowModel:
     """Train on the ``cfg.window_days`` days of ``attempts`` before ``as_of``; evaluate on its day.
 
     ``attempts`` must reach back ``window_days + lookback_days`` before ``as_of`` for full
     history (see :func:`load_attempts`); later attempts are used only for evaluation.
     ``cache`` is shared by consecutive nights in one process (see :class:`EncodeCache`),
-    ``pair_store`` by consecutive runs (see :class:`~leap.features.pairs.PairStore`).
+    ``disk_cache`` by consecutive runs (see :class:`~leap.model.window.NightCache`).
     """
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
-    ts = build_training_set(attempts, catalog, as_of, cfg, progress, cache, pair_store)
+    ts = build_training_set(attempts, catalog, as_of, cfg, progress, cache, disk_cache)
     return fit_window(ts, catalog, as_of, cfg, progress)
 
 
@@ -425,7 +424,7 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
                   publish: bool = True, force: bool = False,
                   progress: Progress | None = None, now: datetime | None = None,
                   dask_client: Any = None, export_dir: Path | None = None,
-                  pair_store: PairStore | None = None) -> TrainResult:
+                  disk_cache: NightCache | None = None) -> TrainResult:
     """Train on the window before ``as_of``, evaluate on its day, gate, and publish.
 
     Parameters
@@ -435,11 +434,11 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     as_of : datetime, optional
         Start of the held-out day (UTC midnight); default :func:`default_as_of` (with ``now``).
     cfg : TrainConfig, optional
-    pair_store : PairStore, optional
-        Where the pair models are kept between nights (``leap train``: ``<home>/cache/pairs``):
-        those fit on the same rows before are read instead of fit, and the ones no later night
-        reads are removed (:meth:`~leap.features.pairs.PairStore.prune`). Not used with
-        ``dask_client``.
+    disk_cache : NightCache, optional
+        What is kept between nights (``leap train``: ``<home>/cache``): the pair models fit
+        and the days encoded from the same attempts before are read instead of made again,
+        and what no later night reads is removed (:meth:`NightCache.prune`). The model is the
+        same either way. Not used with ``dask_client``.
     publish : bool
         Write and publish the artifact (False: train and evaluate only).
     force : bool
@@ -476,9 +475,9 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
         attempts = window_attempts(store, as_of, cfg)
         load_s = time.perf_counter() - t0
         ts = build_training_set(attempts, catalog, as_of, cfg, progress,
-                                pair_store=pair_store)
-        if pair_store is not None:
-            pair_store.prune(oldest_refit_day(as_of, cfg), as_of.date())
+                                disk_cache=disk_cache)
+        if disk_cache is not None:
+            disk_cache.prune()
         del attempts  # the fit needs only the encoded rows: free the raw ones first
         release_free_memory()
         wm = fit_window(ts, catalog, as_of, cfg, progress)

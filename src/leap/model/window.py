@@ -16,11 +16,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from leap.cache import DiskCache, digest, source_digest
 from leap.catalog import Catalog
 from leap.data.store import Store
 from leap.data.usage import usable_attempts
@@ -252,7 +255,7 @@ class EncodeCache:
             del self.masked[k]
         for h in [h for h in self.history if h[0] < lookback]:
             del self.history[h]
-        oldest_refit = oldest_refit_day(as_of, cfg).isoformat()
+        oldest_refit = refit_day(as_of - timedelta(days=cfg.window_days)).date().isoformat()
         for p in [p for p in self.pairs if p[0] < oldest_refit]:
             del self.pairs[p]
 
@@ -365,11 +368,6 @@ def pair_schedule(past: pd.DataFrame, catalog: Catalog, until: datetime, cfg: Tr
                         share=share, store=store)
 
 
-def oldest_refit_day(as_of: datetime, cfg: TrainConfig) -> date:
-    """The refit day of the oldest pair model the window before ``as_of`` reads."""
-    return refit_day(as_of - timedelta(days=cfg.window_days)).date()
-
-
 def window_spec(train_rows: pd.DataFrame, catalog: Catalog, cfg: TrainConfig,
                 window_start: datetime, as_of: datetime) -> FeatureSpec:
     """The feature spec of a window's succeeded attempts (refusing a window too small)."""
@@ -402,16 +400,100 @@ class DayBlocks:
     features_s: float = 0.0
 
 
+class DayStore:
+    """Encoded training days kept on disk from one night to the next (``leap train`` keeps
+    them in ``<home>/cache/days``; see :mod:`leap.cache`).
+
+    A day's rows and masked rows depend only on the attempts from :func:`history_start` of
+    that day to its end, the feature spec, the settings, the catalog and leap's code
+    (:func:`encode_days`). Consecutive nights' windows share all but one day, so a night that
+    finds them here encodes one day, not thirty. An entry is found by a digest of all of
+    those, the attempts digested a day at a time (every column, in order), and holds the
+    day's rows, its masked rows and their positions as ``.npy`` files (float32 rows, as the
+    window's matrix; about 11 MB a day on the default fleet).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.disk = DiskCache(directory)
+
+    def get(self, key: str) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None:
+        """The rows and ``(masked rows, their positions)`` kept under ``key``, or ``None``."""
+        return self.disk.read(key, _load_day)
+
+    def put(self, key: str, X: np.ndarray, masked: tuple[np.ndarray, np.ndarray]) -> None:
+        def save(folder: Path) -> None:
+            for name, a in (("rows", X), ("masked", masked[0]), ("masked_rows", masked[1])):
+                np.save(folder / f"{name}.npy", a, allow_pickle=False)
+        self.disk.write(key, save)
+
+    def prune(self) -> int:
+        """Remove every day this night neither read nor encoded (:meth:`DiskCache.prune`):
+        the next night reads the days of this window but its first, unless their attempts
+        changed."""
+        return self.disk.prune()
+
+
+def _load_day(folder: Path) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    X, masked, where = (np.load(folder / f"{name}.npy", allow_pickle=False)
+                        for name in ("rows", "masked", "masked_rows"))
+    return X, (masked, where)
+
+
+@dataclass(frozen=True)
+class NightCache:
+    """What ``leap train`` keeps on disk for the next night (``<home>/cache``): the pair
+    models (:class:`~leap.features.pairs.PairStore`) and the encoded days
+    (:class:`DayStore`). The model is the same with or without them."""
+
+    pairs: PairStore
+    days: DayStore
+
+    @classmethod
+    def at(cls, directory: Path) -> NightCache:
+        return cls(PairStore(directory / "pairs"), DayStore(directory / "days"))
+
+    def prune(self) -> None:
+        """Remove what this night neither read nor made (another window's training in
+        between, an experiment on an older day, leaves the next night to make its own)."""
+        self.pairs.prune()
+        self.days.prune()
+
+
+def _day_keys(attempts: pd.DataFrame, catalog: Catalog, starts: dict[int, datetime],
+              cfg: TrainConfig, mask_key: str) -> dict[int, str]:
+    """The :class:`DayStore` key of each day (``starts``: its first moment by number):
+    the digests of the calendar days of ``attempts`` it reads (:func:`history_start` to its
+    own end), with the encoding's settings (``mask_key``, ``cfg``), the catalog and leap's
+    source."""
+    if not starts:
+        return {}
+    at = pd.DatetimeIndex(attempts["submitted_at"])
+    first = history_start(min(starts.values()), cfg)
+    number = np.asarray((at - first) // timedelta(days=1), dtype=np.int64)
+    rows = pd.util.hash_pandas_object(attempts, index=False).to_numpy()
+    order = np.argsort(number, kind="stable")
+    last = (max(starts.values()) - first).days  # the number of the latest day asked
+    bounds = np.searchsorted(number[order], np.arange(last + 2))
+    by_day = [hashlib.sha256(rows[order[lo:hi]].tobytes()).hexdigest()
+              for lo, hi in pairwise(bounds)]
+    fixed = [catalog.fingerprint(), mask_key, repr(cfg), source_digest()]
+    return {d: digest([*fixed, by_day[(history_start(t, cfg) - first).days:
+                                      (t - first).days + 1]])
+            for d, t in starts.items()}
+
+
 def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
                 window_start: datetime, days: Sequence[int], cfg: TrainConfig,
                 spec: FeatureSpec, progress: Progress | None = None,
-                cache: EncodeCache | None = None) -> DayBlocks:
+                cache: EncodeCache | None = None,
+                day_store: DayStore | None = None) -> DayBlocks:
     """Encode the succeeded attempts of each day ``d`` in ``days`` (``window_start + d``)
     with history as of that day, and that day's masked rows (:func:`masked_rows`,
     ``cfg.mask_share`` of its pairs, drawn with the day's own seed).
 
     A day's rows depend only on the attempts before it, so any subset of days can be
-    encoded apart (by a Dask worker, :mod:`leap.model.distributed`) with the same result.
+    encoded apart (by a Dask worker, :mod:`leap.model.distributed`) with the same result,
+    or read from ``day_store`` where an earlier night kept them.
     """
     full = FeatureSpec(names=FEATURE_NAMES, vocab=spec.vocab)
     # A cached day read the pair models at one night's share; another share re-encodes it.
@@ -420,6 +502,8 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
                               ).hexdigest()[:16]
     mask_key = f"{spec_key}-mask{cfg.mask_share:g}-{cfg.seed}"
     starts = {d: window_start + timedelta(days=d) for d in days}
+    stored = _day_keys(attempts, catalog, starts, cfg, mask_key) if day_store is not None \
+        else {}
     day_attempts = {d: submitted_in(attempts, t, t + timedelta(days=1)) for d, t in starts.items()}
     # The matrix is filled day by day in place: reserved for every attempt of these days and
     # one masked copy of each (pages never written cost no memory), so no day is held twice.
@@ -437,6 +521,9 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
         if len(rows) == 0:
             none = np.empty((0, len(FEATURE_NAMES)), dtype=TRAIN_DTYPE)
             return y, fam, none, (none, np.empty(0, dtype=np.int64)), 0.0, 0.0
+        kept = day_store.get(stored[d]) if day_store is not None else None
+        if kept is not None and len(kept[0]) == len(rows):
+            return y, fam, kept[0], kept[1], 0.0, 0.0
         snap_s = enc_s = 0.0
         key = (start.date().isoformat(), spec_key)
         hit = cache.blocks.get(key) if cache is not None else None
@@ -462,6 +549,8 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
             snap_s += time.perf_counter() - t1
             if cache is not None:
                 cache.masked[mkey] = mhit
+        if day_store is not None:
+            day_store.put(stored[d], hit, mhit)
         return y, fam, hit, mhit, snap_s, enc_s
 
     filled = 0
@@ -711,17 +800,19 @@ def training_set(blocks: DayBlocks, held: HeldOut, spec: FeatureSpec,
 def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
                        cfg: TrainConfig, progress: Progress | None = None,
                        cache: EncodeCache | None = None,
-                       pair_store: PairStore | None = None) -> TrainingSet:
+                       disk_cache: NightCache | None = None) -> TrainingSet:
     """Encode the window's succeeded attempts, each with history as of its own day.
 
     Each day also contributes masked rows (:func:`masked_rows`, ``cfg.mask_share`` of its
     pairs). Consecutive nightly windows share most of this work: pass the same ``cache`` to
     reuse each day's encoded blocks and prepared history instead of rebuilding them, or (from
-    one process to the next) a ``pair_store`` to reuse the pair models fit on the same rows.
+    one process to the next) a ``disk_cache`` to reuse the pair models fit and the days
+    encoded from the same attempts.
     """
     window_start = as_of - timedelta(days=cfg.window_days)
     t0 = time.perf_counter()
-    builder = history_builder(attempts, catalog, as_of, cfg, cache, pair_store=pair_store)
+    builder = history_builder(attempts, catalog, as_of, cfg, cache,
+                              pair_store=disk_cache.pairs if disk_cache is not None else None)
     timings = {"history_prepare_s": time.perf_counter() - t0}
     # Every pair model the night's snapshots read (the window's weekly refits and the served
     # night's fresh fit) is fit now, before the window's matrix is built: a fit's working
@@ -735,7 +826,8 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
     spec = window_spec(succeeded_attempts(submitted_in(attempts, window_start, as_of), catalog),
                        catalog, cfg, window_start, as_of)
     blocks = encode_days(attempts, builder, catalog, window_start, range(cfg.window_days), cfg,
-                         spec, progress, cache)
+                         spec, progress, cache,
+                         disk_cache.days if disk_cache is not None else None)
     held = held_out_day(attempts, builder, catalog, as_of, cfg, spec)
     builder.close()
     release_free_memory()  # the builder's sorted rows, before the fit's peak
