@@ -192,6 +192,16 @@ def test_a_night_reads_the_days_the_night_before_kept(attempts: pd.DataFrame, tm
     assert encoded == {day[2], day[3]}
     # What the next night can read is what this one read or encoded: the rest goes.
     assert len(list(store.disk.directory.iterdir())) == 6 and later.prune() == 3
+    # A day kept whole but unreadable (or of another width) is encoded again.
+    for entry, bad in zip(sorted(store.disk.directory.iterdir())[:2],
+                          (b"not an array", np.zeros((3, 2), dtype=np.float32)), strict=True):
+        if isinstance(bad, bytes):
+            (entry / "rows.npy").write_bytes(bad)
+        else:
+            np.save(entry / "masked.npy", bad)
+    again = night(changed, SMALL_AS_OF, DayStore(store.disk.directory))
+    assert len(encoded) == 2
+    np.testing.assert_array_equal(again.X, night(changed, SMALL_AS_OF, None).X)
 
 
 def test_boosters_grown_side_by_side_are_the_boosters_grown_one_by_one() -> None:

@@ -436,6 +436,9 @@ class DayStore:
 def _load_day(folder: Path) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     X, masked, where = (np.load(folder / f"{name}.npy", allow_pickle=False)
                         for name in ("rows", "masked", "masked_rows"))
+    width = len(FEATURE_NAMES)
+    if X.shape[1:] != (width,) or masked.shape != (len(where), width) or where.ndim != 1:
+        raise ValueError(f"the day kept in {folder} has arrays of other shapes")
     return X, (masked, where)
 
 
