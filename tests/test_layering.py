@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "leap"
 #: and the ones below. ``eval`` drives ``sim`` (the oracle), never the other way round.
 LAYERS: dict[str, int] = {
     "errors": 0, "config": 0, "metrics": 0, "records": 0, "catalog": 0, "arch": 0, "resources": 0,
-    "threads": 0, "memory": 0,
+    "threads": 0, "memory": 0, "cache": 0,
     "data": 1,
     "features": 2, "datasets": 2,
     "model": 3,
