@@ -473,12 +473,12 @@ class PairSchedule:
         one fit on the same rows, else fit (and kept there)."""
         if self.store is None:
             return PairModel.fit(rows, self.catalog, self.params)
-        digest = self.store.key(day.date(), rows, self.catalog, self.params)
-        model = self.store.get(digest)
+        key = self.store.key(day.date(), rows, self.catalog, self.params)
+        model = self.store.get(key)
         if model is None:
             model = PairModel.fit(rows, self.catalog, self.params)
             if model is not None:
-                self.store.put(digest, model)
+                self.store.put(key, model)
         return model
 
     def _usable(self, rows: np.ndarray) -> pd.DataFrame:
