@@ -350,7 +350,8 @@ def train_window(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime,
     ``attempts`` must reach back ``window_days + lookback_days`` before ``as_of`` for full
     history (see :func:`load_attempts`); later attempts are used only for evaluation.
     ``cache`` is shared by consecutive nights in one process (see :class:`EncodeCache`),
-    ``disk_cache`` by consecutive runs (see :class:`~leap.model.window.NightCache`).
+    ``disk_cache`` by consecutive runs (see :class:`~leap.model.window.NightCache`; pruning
+    it is the caller's, as :func:`train_nightly` does).
     """
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)

@@ -477,8 +477,7 @@ def _day_keys(attempts: pd.DataFrame, catalog: Catalog, starts: dict[int, dateti
     order = np.argsort(number, kind="stable")
     last = (max(starts.values()) - first).days  # the number of the latest day asked
     bounds = np.searchsorted(number[order], np.arange(last + 2))
-    by_day = [hashlib.sha256(rows[order[lo:hi]].tobytes()).hexdigest()
-              for lo, hi in pairwise(bounds)]
+    by_day = [digest([], rows[order[lo:hi]].tobytes()) for lo, hi in pairwise(bounds)]
     fixed = [catalog.fingerprint(), mask_key, repr(cfg), source_digest()]
     return {d: digest([*fixed, by_day[(history_start(t, cfg) - first).days:
                                       (t - first).days + 1]])
