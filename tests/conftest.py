@@ -18,6 +18,7 @@ import pytest
 from leap.catalog import Catalog
 from leap.config import Workspace
 from leap.data.store import Store
+from leap.features.pairs import PairParams
 from leap.model.artifact import Registry
 from leap.model.train import train_nightly
 from leap.model.window import TrainConfig
@@ -40,8 +41,14 @@ def small_scenario() -> Scenario:
                                     n_model_types=60, new_families_per_day=8.0)
 
 
+#: The pair boosters of the small fleet: a few hundred families need far fewer and smaller
+#: trees than the default fleet's (fitted and compiled several times a suite run).
+SMALL_PAIR_PARAMS = PairParams(rounds=60, num_leaves=31, shape_rounds=60, shape_num_leaves=31)
+
+
 def small_train_config(**changes: Any) -> TrainConfig:
-    return replace(TrainConfig(window_days=SMALL_WINDOW, n_specialists=3), **changes)
+    return replace(TrainConfig(window_days=SMALL_WINDOW, n_specialists=3,
+                               pair_params=SMALL_PAIR_PARAMS), **changes)
 
 
 @pytest.fixture(scope="session")

@@ -650,3 +650,19 @@ def test_the_flat_share_round_trips(tmp_path: Path, model: PairModel) -> None:
     meta.write_text(json.dumps(info))
     old = PairModel.load(tmp_path / "pm")
     assert old is not None and old.neighbour_share == 0.0
+
+
+def test_a_training_configuration_carries_its_pair_settings(attempts: pd.DataFrame) -> None:
+    """`TrainConfig.pair_params` reach the night's pair models (seeded and threaded as the
+    configuration), and survive the round trip through a saved configuration."""
+    from dataclasses import asdict
+
+    from leap.model.window import TrainConfig, pair_schedule
+
+    cfg = TrainConfig(pair_params=FAST, seed=5, threads=1)
+    schedule = pair_schedule(attempts, CAT, AS_OF, cfg)
+    assert schedule is not None and schedule.params == replace(FAST, seed=5, num_threads=1)
+    default = pair_schedule(attempts, CAT, AS_OF, TrainConfig())
+    assert default is not None and default.params == PairParams()
+    for c in (cfg, TrainConfig()):
+        assert TrainConfig.from_dict(asdict(c)) == c

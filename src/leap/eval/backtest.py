@@ -223,7 +223,7 @@ def run_night(task: NightTask) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     cpu0 = time.process_time()
-    cfg = TrainConfig(**task.cfg)
+    cfg = TrainConfig.from_dict(task.cfg)
     as_of = day_start(datetime.fromisoformat(task.as_of))
     catalog = Catalog.from_toml(task.catalog_toml, origin="backtest catalog")
     cache = _cache_for(task.run_key)

@@ -96,7 +96,9 @@ class TrainConfig:
     ``interval_coverage`` is the nominal coverage of the prediction intervals.
     ``pair_model`` carries a family's level to types it never ran on with the pair models
     (:mod:`leap.features.pairs`, refit weekly on the two weeks before); off, with the
-    transfer tables alone (the ablation). ``threads`` is the cores training uses in this
+    transfer tables alone (the ablation); ``pair_params`` are their boosters' settings
+    (``None``: :class:`~leap.features.pairs.PairParams`' defaults; the seed and threads are
+    always this configuration's). ``threads`` is the cores training uses in this
     process: that many days encoded at once, and that many boosters grown side by side
     (:mod:`leap.threads`). Fits are deterministic and each day is encoded alone, so it
     changes the speed, never the model (where several trainings run at once, as in a
@@ -115,8 +117,15 @@ class TrainConfig:
     mask_share: float = 0.3
     interval_coverage: float = 0.8
     pair_model: bool = True
+    pair_params: PairParams | None = None
     seed: int = 0
     threads: int = 2
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> TrainConfig:
+        """The configuration ``dataclasses.asdict`` wrote (pair settings included)."""
+        pair = saved.get("pair_params")
+        return cls(**{**saved, "pair_params": PairParams(**pair) if pair else None})
 
     def __post_init__(self) -> None:
         if self.window_days < 2:
@@ -363,7 +372,8 @@ def pair_schedule(past: pd.DataFrame, catalog: Catalog, until: datetime, cfg: Tr
     it), found in ``store`` where it kept them; ``None`` where ``cfg`` trains without them."""
     if not (cfg.pair_model and cfg.use_history):
         return None
-    return PairSchedule(past, catalog, PairParams(seed=cfg.seed, num_threads=cfg.threads),
+    params = replace(cfg.pair_params or PairParams(), seed=cfg.seed, num_threads=cfg.threads)
+    return PairSchedule(past, catalog, params,
                         cache.pairs if cache is not None else None, fresh_at=until,
                         share=share, store=store)
 
