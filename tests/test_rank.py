@@ -697,6 +697,27 @@ def test_import_leap_stays_cheap_and_exports_ranker() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_leap_rank_scores_without_importing_scikit_learn(trained_workspace: Workspace,
+                                                          tmp_path: Path,
+                                                          jobs: list[dict[str, Any]]) -> None:
+    """A process that only scores (here `leap rank`) keeps LightGBM's optional scikit-learn
+    import out; one that has LightGBM already loaded (this test process) is left as it is."""
+    from leap.model.imports import without_sklearn
+
+    assert without_sklearn() is False and sys.modules.get("sklearn") is not None
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(jobs[0]))
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['leap', '--home', {str(trained_workspace.home)!r}, 'rank', "
+            f"'--job', {str(path)!r}, '--json']\n"
+            "try:\n    runpy.run_module('leap', run_name='__main__')\n"
+            "except SystemExit as stop:\n    assert not stop.code, stop.code\n"
+            "assert 'lightgbm' in sys.modules and sys.modules['sklearn'] is None\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout
+    assert json.loads(out)["ranking"]
+
+
 def _cli(trained_workspace: Workspace, *args: str) -> Any:
     from leap.cli import _register, app
 

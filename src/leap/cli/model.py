@@ -265,6 +265,9 @@ def predict(
                                       "\"model_config\" object instead)."),
 ) -> None:
     """Predict samples/s for each (job, hardware) row with the published model."""
+    from leap.model.imports import without_sklearn
+
+    without_sklearn()
     from leap.data.jobs import fill_from_model_configs
     from leap.model.artifact import Registry
     from leap.model.predict import predict_frame, read_jobs

@@ -96,6 +96,9 @@ def rank(
                                 "log (<home>/decisions.duckdb; see `leap monitor`)."),
 ) -> None:
     """Rank the eligible accelerator types of one job by value (the preference list)."""
+    from leap.model.imports import without_sklearn
+
+    without_sklearn()
     from leap.model.artifact import Registry
     from leap.rank.ranker import Ranker
     from leap.serve.payloads import RankResponse
@@ -320,6 +323,10 @@ def serve(
         _restart_with_malloc_tuning()
     import uvicorn
 
+    from leap.model.imports import without_sklearn
+
+    without_sklearn()
+
     ws = workspace(ctx)
     settings = ServeSettings(home=str(ws.home),
                              catalog=str(ws.catalog_path) if ws.catalog_path else None,
@@ -442,4 +449,7 @@ class ServeSettings:
 
 def app_from_env() -> Any:
     """The app factory each `leap serve --workers N` process calls (via uvicorn)."""
+    from leap.model.imports import without_sklearn
+
+    without_sklearn()
     return ServeSettings(**json.loads(os.environ[SERVE_SETTINGS_ENV])).app()

@@ -194,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # The check needs LightGBM's Booster only, and LightGBM imports scikit-learn whenever it
-    # is installed (for its estimator classes): 1.6 of the child's 2.8 s start on a 2-core
-    # machine. Nothing this process runs uses those classes, so it goes without them.
-    sys.modules.setdefault("sklearn", None)  # type: ignore[arg-type]
+    from leap.model.imports import without_sklearn
+
+    without_sklearn()  # the check needs LightGBM's Booster only
     sys.exit(main())
