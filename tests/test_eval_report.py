@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -30,13 +31,22 @@ def leap(ws: Workspace, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def report_dir(trained_workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def backtested(trained_workspace: Workspace,
+               tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, dict[str, Any]]:
+    """A copy of the trained workspace after `leap backtest --json`, and what it printed."""
     import shutil
 
     home = tmp_path_factory.mktemp("report-home")
     shutil.copytree(trained_workspace.home, home, dirs_exist_ok=True)
     ws = Workspace(home)
-    out = home / "report"
+    return ws, json.loads(leap(ws, "backtest", *SMALL, "--json"))
+
+
+@pytest.fixture(scope="module")
+def report_dir(backtested: tuple[Workspace, dict[str, Any]]) -> Path:
+    """`leap report` of the backtested workspace: its backtest is the one already run."""
+    ws = backtested[0]
+    out = ws.home / "report"
     text = leap(ws, "report", "--out", str(out), *SMALL, "--sample", "40")
     assert "wrote" in text and "backtest: 2 nights" in text
     return out
@@ -50,6 +60,8 @@ def test_report_writes_page_plots_and_every_number(report_dir: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
         assert f'src="{name}"' in page
     assert len(data["backtest"]["nights"]) == 2
+    # The report reads the nights `leap backtest` kept instead of training them again.
+    assert data["backtest"]["reused"] == ["2026-01-11", "2026-01-12"]
     assert data["lookup"]["day"] == "2026-01-12"
     assert data["ranking"]["n_sampled"] == 40
     assert set(data["impact"]["arms"]) == {"baseline", "leap", "leap_aware", "greedy_oracle",
@@ -108,10 +120,11 @@ def test_report_includes_a_real_data_result(report_dir: Path, tmp_path: Path) ->
     assert 'id="real-data"' in page.read_text() and "gavel  (3 rows)" in page.read_text()
 
 
-def test_backtest_cli_resumes_and_prints_json(fresh_copy: Workspace) -> None:
-    first = json.loads(leap(fresh_copy, "backtest", *SMALL, "--json"))
+def test_backtest_cli_resumes_and_prints_json(
+        backtested: tuple[Workspace, dict[str, Any]]) -> None:
+    ws, first = backtested
     assert first["computed"] == ["2026-01-11", "2026-01-12"]
-    again = leap(fresh_copy, "backtest", *SMALL)
+    again = leap(ws, "backtest", *SMALL)
     assert "0 night(s) computed, 2 reused" in again
     assert "accuracy ±20% (attempts)" in again
 
