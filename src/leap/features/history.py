@@ -203,8 +203,10 @@ class Snapshot:
         """Stats of ``level`` for each row of ``keys`` (key column -> text array).
 
         Rows whose key has no history get NaN. A few rows (a launch-time request) are looked
-        up by key tuples in a dict built on first use (see :meth:`warm`), which spares
-        joining their key texts. ``jobs``: the rows are numbered by job
+        up by key tuples in a dict, which spares joining their key texts, once :meth:`warm`
+        built it: a snapshot built for one small set of rows (as training's hidden-row sets
+        are) would spend more building the dict of every key than the lookup saves.
+        ``jobs``: the rows are numbered by job
         (:meth:`Columns.job_groups`), so a level keyed by the job alone is one lookup a job.
         """
         idx, values = self._index[level.name]
@@ -213,9 +215,8 @@ class Snapshot:
             jobs = None
         if jobs is not None:
             parts = [p[jobs[0]] for p in parts]
-        if len(parts[0]) <= SMALL:
-            table = self._small[level.name] if level.name in self._small else \
-                self._small_table(level.name)
+        table = self._small.get(level.name)
+        if table is not None and len(parts[0]) <= SMALL:
             pos = np.array([table.get(t, -1) for t in zip(*parts, strict=True)],
                            dtype=np.int64)
         else:
@@ -224,18 +225,14 @@ class Snapshot:
             pos = pos[jobs[1]]
         return values[pos]  # -1, no history: the last row, NaN
 
-    def _small_table(self, name: str) -> dict[tuple[str, ...], int]:
-        table = {tuple(k.split(KEY_SEP)): i for i, k in enumerate(self._index[name][0])}
-        self._small[name] = table
-        return table
-
     def warm(self, catalog: Catalog | None = None) -> None:
         """Build the per-level dicts of small lookups now, and the transfer index's state for
         ``catalog`` (serving does this at load, so the first request after a model swap is
         as fast as the others)."""
         for level in LEVELS:
             if level.name not in self._small:
-                self._small_table(level.name)
+                self._small[level.name] = {tuple(k.split(KEY_SEP)): i for i, k
+                                           in enumerate(self._index[level.name][0])}
         self.transfer.warm(catalog)
 
     @property
