@@ -21,18 +21,20 @@ from leap.errors import DataError, ParamError
 from leap.features import pairs
 from leap.features.encode import FeatureSpec
 from leap.features.pairs import PairSchedule
+from leap.model import window
 from leap.model.artifact import Registry
 from leap.model.cascade import GBMParams
 from leap.model.distributed import (
     BlockRows,
     EncodeTask,
+    _encode_task,
     _night_share_task,
     dask_client,
     deal_rows,
     early_stop_rounds,
 )
 from leap.model.train import train_nightly
-from leap.model.window import history_builder, load_attempts
+from leap.model.window import NightCache, history_builder, load_attempts
 
 CAT = Catalog.default()
 
@@ -71,6 +73,48 @@ def test_a_worker_judges_the_share_the_night_serves(sim_workspace: Workspace, tm
     assert isinstance(local, PairSchedule) and local(SMALL_AS_OF) is not None
     assert _night_share_task(task) == local.night_share() == 0.5
     assert _night_share_task(replace(task, cfg=replace(task.cfg, pair_model=False))) is None
+
+
+def test_workers_keep_and_read_the_night_cache(sim_workspace: Workspace, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker given the client's night cache keeps the days it encodes and the pair models
+    it fits there; the next night's worker reads them instead (the same rows), and the
+    client, told the entries its workers used, prunes only the others."""
+    cfg = replace(small_train_config(window_days=3), threads=1)
+    as_of = SMALL_AS_OF
+    window_start = as_of - timedelta(days=cfg.window_days)
+    with Store(sim_workspace.store_path, read_only=True) as store:
+        export_parquet(store, tmp_path / "export", SMALL_START, as_of)
+        attempts = load_attempts(store, SMALL_START, as_of)
+    cache = NightCache.at(tmp_path / "cache")
+    task = EncodeTask(str(tmp_path / "export"), CAT, cfg, FeatureSpec.fit(attempts, CAT),
+                      window_start, (0, 1, 2), str(cache.directory))
+    encoded: list[object] = []
+    fits: list[object] = []
+    real_encode, real_fit = window.encode, pairs.PairModel.fit.__func__
+    monkeypatch.setattr(window, "encode", lambda rows, snap, *a, **k: (
+        encoded.append(snap.as_of), real_encode(rows, snap, *a, **k))[1])
+    monkeypatch.setattr(pairs.PairModel, "fit", classmethod(lambda cls, *a, **k: (
+        fits.append(1), real_fit(cls, *a, **k))[1]))
+    share = _night_share_task(task)
+    first = _encode_task(task, share)
+    assert encoded and fits and first.cached
+    encoded.clear()
+    fits.clear()
+    again = _encode_task(task, _night_share_task(task))  # the next night's worker
+    assert encoded == [] and fits == []
+    np.testing.assert_array_equal(first.X, again.X)
+    # Days read need no pair model: only the entries this night read are its to keep.
+    assert again.cached and again.cached < first.cached
+    # The client keeps what its workers used and nothing else.
+    stale = cache.days.disk.directory / "stale"
+    stale.mkdir()
+    client = NightCache.at(cache.directory)
+    client.keep(again.cached)
+    client.prune()
+    assert not stale.exists()
+    assert {e.name for e in cache.days.disk.directory.iterdir()} \
+        | {e.name for e in cache.pairs.disk.directory.iterdir()} == set(again.cached)
 
 
 def test_export_refuses_foreign_directories_and_replaces_its_own(sim_workspace: Workspace,
@@ -166,8 +210,13 @@ def test_dask_training_matches_one_machine(trained_workspace: Workspace,
             dask_client("local", workers=2) as client:
         dist = train_nightly(store, Catalog.default(), Registry(tmp_path / "m2"),
                              as_of=SMALL_AS_OF, cfg=small_train_config(), dask_client=client,
-                             export_dir=tmp_path / "export")
+                             export_dir=tmp_path / "export",
+                             disk_cache=NightCache.at(tmp_path / "cache"))
     assert dist.published
+    # The workers kept the window's days and pair models for the next night.
+    kept = NightCache.at(tmp_path / "cache")
+    assert len(list(kept.days.disk.directory.iterdir())) == small_train_config().window_days
+    assert any(kept.pairs.disk.directory.iterdir())
     art = Registry(tmp_path / "m2").load()
     assert (local["as_of"], local["train_config"]) == (art.manifest["as_of"],
                                                        art.manifest["train_config"])

@@ -70,7 +70,8 @@ def train(
     """Train the nightly model on the window before --as-of and publish it.
 
     The days it encodes and the pair models it fits are kept in <home>/cache for the next
-    night, which reads what was made from the same attempts instead of making it again.
+    night, which reads what was made from the same attempts instead of making it again
+    (in this process or on --dask local; a remote cluster's workers do not reach it).
     """
     from leap.catalog import Catalog
     from leap.data.store import Store
@@ -107,7 +108,8 @@ def train(
                                        as_of=parse_day(as_of), cfg=cfg, publish=not dry_run,
                                        force=force, progress=progress, now=datetime.now(UTC),
                                        dask_client=client, export_dir=export_dir,
-                                       disk_cache=NightCache.at(ws.cache_dir))
+                                       disk_cache=NightCache.at(ws.cache_dir)
+                                       if dask in (None, "local") else None)
         out = result.to_json()
         if result.metrics.held_out is not None:
             from leap.eval.oracle import day_ceiling

@@ -65,6 +65,7 @@ from leap.model.window import (
     TRAIN_DTYPE,
     DayBlocks,
     HeldOut,
+    NightCache,
     Progress,
     TrainConfig,
     day_start,
@@ -135,6 +136,12 @@ class EncodeTask:
     spec: FeatureSpec
     window_start: datetime
     days: tuple[int, ...]
+    #: The client's :class:`~leap.model.window.NightCache` folder, where the workers can
+    #: reach it (``None``: nothing is kept).
+    cache_dir: str | None = None
+
+    def night_cache(self) -> NightCache | None:
+        return NightCache.at(Path(self.cache_dir)) if self.cache_dir is not None else None
 
 
 def _night_share_task(task: EncodeTask) -> float | None:
@@ -145,7 +152,9 @@ def _night_share_task(task: EncodeTask) -> float | None:
     as_of = task.window_start + timedelta(days=task.cfg.window_days)
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
                              as_of - timedelta(days=PAIR_DAYS), as_of)
-    schedule = pair_schedule(attempts, task.catalog, as_of, task.cfg)
+    cache = task.night_cache()
+    schedule = pair_schedule(attempts, task.catalog, as_of, task.cfg,
+                             store=cache.pairs if cache is not None else None)
     return schedule.night_share() if schedule is not None else None
 
 
@@ -156,12 +165,16 @@ def _encode_task(task: EncodeTask, share: float | None) -> DayBlocks:
     end = task.window_start + timedelta(days=task.days[-1] + 1)
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
                              history_start(first, task.cfg), end)
-    builder = history_builder(attempts, task.catalog, end, task.cfg, share=share)
+    cache = task.night_cache()
+    builder = history_builder(attempts, task.catalog, end, task.cfg, share=share,
+                              pair_store=cache.pairs if cache is not None else None)
     try:
-        return encode_days(attempts, builder, task.catalog, task.window_start, task.days,
-                           task.cfg, task.spec)
+        blocks = encode_days(attempts, builder, task.catalog, task.window_start, task.days,
+                             task.cfg, task.spec,
+                             day_store=cache.days if cache is not None else None)
     finally:
         builder.close()
+    return replace(blocks, cached=cache.used()) if cache is not None else blocks
 
 
 def _held_out_task(task: EncodeTask) -> HeldOut:
@@ -173,18 +186,19 @@ def _held_out_task(task: EncodeTask) -> HeldOut:
     first_val = as_of - timedelta(days=task.cfg.validation_days)
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
                              history_start(first_val, task.cfg), as_of + timedelta(days=1))
-    builder = history_builder(attempts, task.catalog, as_of, task.cfg)
+    cache = task.night_cache()
+    builder = history_builder(attempts, task.catalog, as_of, task.cfg,
+                              pair_store=cache.pairs if cache is not None else None)
     try:
-        return held_out_day(attempts, builder, task.catalog, as_of, task.cfg, task.spec)
+        held = held_out_day(attempts, builder, task.catalog, as_of, task.cfg, task.spec)
     finally:
         builder.close()
+    return replace(held, cached=cache.used()) if cache is not None else held
 
 
 def _small(blocks: DayBlocks) -> DayBlocks:
     """The task's result without its feature rows (what comes back to the client)."""
-    return DayBlocks(X=np.empty((len(blocks.y), 0)), y=blocks.y, day=blocks.day,
-                     masked=blocks.masked, group=blocks.group, family=blocks.family,
-                     snapshot_s=blocks.snapshot_s, features_s=blocks.features_s)
+    return replace(blocks, X=np.empty((len(blocks.y), 0)))
 
 
 def _tasks(window_start: datetime, cfg: TrainConfig) -> list[tuple[int, ...]]:
@@ -197,13 +211,17 @@ def _tasks(window_start: datetime, cfg: TrainConfig) -> list[tuple[int, ...]]:
 
 def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client: Any,
                       cfg: TrainConfig | None = None,
-                      progress: Progress | None = None) -> WindowModel:
+                      progress: Progress | None = None,
+                      disk_cache: NightCache | None = None) -> WindowModel:
     """:func:`~leap.model.train.train_window` over an export (:func:`export_parquet`) on the
     cluster behind ``client``: same features, same kind of artifact, evaluated the same way.
 
     The client only directs and fits what is small: every heavy step runs in a worker, on
     one LightGBM thread a task (a worker runs one task a thread), so nothing fights over
-    the cores.
+    the cores. With ``disk_cache`` (its folder where every worker reaches it, as the
+    export's) the workers read and keep pair models and encoded days there as one machine
+    does, and the entries they used are counted as used in ``disk_cache`` (pruning it is
+    the caller's).
     """
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
@@ -214,13 +232,14 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
     spec = window_spec(succeeded_attempts(head, catalog), catalog, cfg, window_start, as_of)
     del head
     task_cfg = replace(cfg, threads=1)
-    night = EncodeTask(str(directory), catalog, task_cfg, spec, window_start, ())
+    cache_dir = str(disk_cache.directory) if disk_cache is not None else None
+    night = EncodeTask(str(directory), catalog, task_cfg, spec, window_start, (), cache_dir)
     # Every day reads the served pair model's share, fit on a worker before the days' tasks
     # start. The held-out task fits that model again for the snapshot it serves: the two
     # run side by side, so the days need not wait for the held-out day's encode.
     share = client.submit(_night_share_task, night, pure=False)
     futures = client.map(_encode_task, [
-        EncodeTask(str(directory), catalog, task_cfg, spec, window_start, days)
+        EncodeTask(str(directory), catalog, task_cfg, spec, window_start, days, cache_dir)
         for days in _tasks(window_start, cfg)], share=share, pure=False)
     held_future = client.submit(_held_out_task, night, pure=False)
     small = client.map(_small, futures)
@@ -230,6 +249,8 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
         if progress:
             progress("features", i + 1, len(small) + 1)
     held = held_future.result()
+    if disk_cache is not None:
+        disk_cache.keep(held.cached.union(*(p.cached for p in parts)))
     X, order = deal_rows(client, client.map(operator.attrgetter("X"), futures),
                          [len(p.y) for p in parts], len(FEATURE_NAMES))
     del futures
@@ -284,9 +305,11 @@ def _every(X: np.ndarray, first: int, step: int) -> np.ndarray:
 
 def train_store_dask(store: Store, catalog: Catalog, as_of: datetime, client: Any,
                      cfg: TrainConfig | None = None, export_dir: Path | None = None,
-                     progress: Progress | None = None) -> WindowModel:
+                     progress: Progress | None = None,
+                     disk_cache: NightCache | None = None) -> WindowModel:
     """Export what the window needs from ``store`` to ``export_dir`` (default: a temporary
-    directory, which only a cluster on this machine can reach) and train on ``client``."""
+    directory, which only a cluster on this machine can reach) and train on ``client``
+    (``disk_cache``: see :func:`train_window_dask`)."""
     cfg = cfg or TrainConfig()
     as_of = day_start(as_of)
     start = history_start(as_of - timedelta(days=cfg.window_days), cfg)
@@ -294,7 +317,7 @@ def train_store_dask(store: Store, catalog: Catalog, as_of: datetime, client: An
         directory = export_dir if export_dir is not None else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="leap-export-"))) / "attempts"
         export_parquet(store, directory, start, as_of + timedelta(days=1))
-        return train_window_dask(directory, catalog, as_of, client, cfg, progress)
+        return train_window_dask(directory, catalog, as_of, client, cfg, progress, disk_cache)
 
 
 class BlockRows:

@@ -439,7 +439,8 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
         What is kept between nights (``leap train``: ``<home>/cache``): the pair models fit
         and the days encoded from the same attempts before are read instead of made again,
         and what no later night reads is removed (:meth:`NightCache.prune`). The model is the
-        same either way. Not used with ``dask_client``.
+        same either way. With ``dask_client`` the workers read and write it, so its folder
+        must be one they reach (as ``export_dir``).
     publish : bool
         Write and publish the artifact (False: train and evaluate only).
     force : bool
@@ -470,7 +471,10 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     if dask_client is not None:
         from leap.model.distributed import train_store_dask  # imports Dask
 
-        wm = train_store_dask(store, catalog, as_of, dask_client, cfg, export_dir, progress)
+        wm = train_store_dask(store, catalog, as_of, dask_client, cfg, export_dir, progress,
+                              disk_cache)
+        if disk_cache is not None:
+            disk_cache.prune()
         timings = dict(wm.timings)
     else:
         attempts = window_attempts(store, as_of, cfg)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
@@ -408,6 +408,8 @@ class DayBlocks:
     family: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
     snapshot_s: float = 0.0
     features_s: float = 0.0
+    #: The :class:`NightCache` entries read or written for these days (on the Dask path).
+    cached: frozenset[str] = frozenset()
 
 
 class DayStore:
@@ -464,6 +466,22 @@ class NightCache:
     @classmethod
     def at(cls, directory: Path) -> NightCache:
         return cls(PairStore(directory / "pairs"), DayStore(directory / "days"))
+
+    @property
+    def directory(self) -> Path:
+        """The folder :meth:`at` was given (for a worker's own :class:`NightCache`)."""
+        return self.days.disk.directory.parent
+
+    def used(self) -> frozenset[str]:
+        """The entries this object read or wrote (a Dask worker's, sent back to the client)."""
+        return frozenset(self.pairs.disk.used | self.days.disk.used)
+
+    def keep(self, keys: Iterable[str]) -> None:
+        """Count ``keys``, entries another process read or wrote this night, as used here,
+        so that :meth:`prune` keeps them. Keys are digests of their entries' inputs: a day's
+        never names a pair model's entry, nor the reverse."""
+        for disk in (self.pairs.disk, self.days.disk):
+            disk.used.update(keys)
 
     def prune(self) -> None:
         """Remove what this night neither read nor made (another window's training in
@@ -636,6 +654,8 @@ class HeldOut:
     new_trainer_count_X: np.ndarray = field(
         default_factory=lambda: np.empty((0, len(FEATURE_NAMES))))
     new_trainer_count_y: np.ndarray = field(default_factory=lambda: np.empty(0))
+    #: The :class:`NightCache` entries read or written for it (on the Dask path).
+    cached: frozenset[str] = frozenset()
 
 
 def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
