@@ -162,15 +162,16 @@ def test_a_night_reads_the_days_the_night_before_kept(attempts: pd.DataFrame, tm
 
     monkeypatch.setattr(window, "encode", encode_counted)
 
-    def night(frame: pd.DataFrame, as_of: datetime, day_store: DayStore | None) -> DayBlocks:
+    def night(frame: pd.DataFrame, as_of: datetime, day_store: DayStore | None,
+              threads: int = cfg.threads) -> DayBlocks:
         encoded.clear()
         start = as_of - timedelta(days=cfg.window_days)
         builder = history_builder(frame, CAT, as_of, cfg)
         spec = window_spec(succeeded_attempts(submitted_in(frame, start, as_of), CAT), CAT,
                            cfg, start, as_of)
         try:
-            return encode_days(frame, builder, CAT, start, range(cfg.window_days), cfg, spec,
-                               day_store=day_store)
+            return encode_days(frame, builder, CAT, start, range(cfg.window_days),
+                               replace(cfg, threads=threads), spec, day_store=day_store)
         finally:
             builder.close()
 
@@ -178,7 +179,8 @@ def test_a_night_reads_the_days_the_night_before_kept(attempts: pd.DataFrame, tm
     night(attempts, day[3], store)
     assert encoded == set(day[:3]) and len(list(store.disk.directory.iterdir())) == 3
     cold = night(attempts, SMALL_AS_OF, None)
-    warm = night(attempts, SMALL_AS_OF, store)
+    warm = night(attempts, SMALL_AS_OF, store, threads=1)  # as a Dask worker encodes
+    assert cfg.threads != 1
     assert encoded == {day[3]} and cold.masked.any()
     for name in ("X", "y", "day", "masked", "group", "family"):
         np.testing.assert_array_equal(getattr(warm, name), getattr(cold, name), err_msg=name)

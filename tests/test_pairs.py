@@ -528,6 +528,9 @@ def test_a_pair_store_keeps_each_fit_for_the_next_run(tmp_path: Path, attempts: 
     rows = spread.iloc[inside]
     assert store.key(day.date(), rows, CAT, FAST) \
         != store.key(day.date(), rows, CAT, replace(FAST, rounds=151))
+    # Threads change the speed of a fit, not the model: a fit on 1 serves a process on 4.
+    assert store.key(day.date(), rows, CAT, replace(FAST, num_threads=1)) \
+        == store.key(day.date(), rows, CAT, replace(FAST, num_threads=4))
     (entry / "pairs_0.txt").write_text("not a model")
     assert PairSchedule(spread, CAT, FAST, store=store)(t) is not None and fits == [1, 1]
     assert PairSchedule(spread, CAT, FAST, store=store)(t) is not None and fits == [1, 1]

@@ -515,9 +515,10 @@ class PairStore:
 
     @staticmethod
     def key(day: date, rows: pd.DataFrame, catalog: Catalog, params: PairParams) -> str:
-        """The digest a fit on ``rows`` for ``day`` is kept under."""
+        """The digest a fit on ``rows`` for ``day`` is kept under (the threads it grows on
+        change its speed, not the model: one process's fit serves another's)."""
         return digest([day.isoformat(), list(map(str, rows.columns)), catalog.fingerprint(),
-                       repr(params), source_digest()],
+                       repr(replace(params, num_threads=1)), source_digest()],
                       pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
 
     def get(self, key: str) -> PairModel | None:

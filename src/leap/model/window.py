@@ -506,7 +506,8 @@ def _day_keys(attempts: pd.DataFrame, catalog: Catalog, starts: dict[int, dateti
     last = (max(starts.values()) - first).days  # the number of the latest day asked
     bounds = np.searchsorted(number[order], np.arange(last + 2))
     by_day = [digest([], rows[order[lo:hi]].tobytes()) for lo, hi in pairwise(bounds)]
-    fixed = [catalog.fingerprint(), mask_key, repr(cfg), source_digest()]
+    # Threads change the speed, never the rows: a Dask worker's day serves one machine's.
+    fixed = [catalog.fingerprint(), mask_key, repr(replace(cfg, threads=1)), source_digest()]
     return {d: digest([*fixed, by_day[(history_start(t, cfg) - first).days:
                                       (t - first).days + 1]])
             for d, t in starts.items()}
