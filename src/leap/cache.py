@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -52,7 +53,8 @@ class DiskCache:
         entry for the same key, made of the same inputs, is left as it is; a disk that
         refuses leaves no entry)."""
         self.used.add(key)
-        tmp = self.directory / f".{key}.{os.getpid()}.tmp"
+        # Named by process and thread: two Dask tasks may write one entry at once.
+        tmp = self.directory / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
