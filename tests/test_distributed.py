@@ -34,7 +34,7 @@ from leap.model.distributed import (
     early_stop_rounds,
 )
 from leap.model.train import train_nightly
-from leap.model.window import NightCache, history_builder, load_attempts
+from leap.model.window import DayBlocks, NightCache, history_builder, load_attempts
 
 CAT = Catalog.default()
 
@@ -71,8 +71,9 @@ def test_a_worker_judges_the_share_the_night_serves(sim_workspace: Workspace, tm
     monkeypatch.setattr(pairs, "NEIGHBOUR_SHARES", (0.5,))  # the only share there is to judge
     local = history_builder(attempts, CAT, SMALL_AS_OF, cfg).pairs
     assert isinstance(local, PairSchedule) and local(SMALL_AS_OF) is not None
-    assert _night_share_task(task) == local.night_share() == 0.5
-    assert _night_share_task(replace(task, cfg=replace(task.cfg, pair_model=False))) is None
+    assert _night_share_task(task).share == local.night_share() == 0.5
+    assert _night_share_task(replace(task, cfg=replace(task.cfg, pair_model=False))).share \
+        is None
 
 
 def test_workers_keep_and_read_the_night_cache(sim_workspace: Workspace, tmp_path: Path,
@@ -96,25 +97,29 @@ def test_workers_keep_and_read_the_night_cache(sim_workspace: Workspace, tmp_pat
         encoded.append(snap.as_of), real_encode(rows, snap, *a, **k))[1])
     monkeypatch.setattr(pairs.PairModel, "fit", classmethod(lambda cls, *a, **k: (
         fits.append(1), real_fit(cls, *a, **k))[1]))
-    share = _night_share_task(task)
-    first = _encode_task(task, share)
+    def night() -> tuple[DayBlocks, frozenset[str]]:
+        """One night's workers: the share, then the days; and what they used."""
+        encoded.clear()
+        fits.clear()
+        share = _night_share_task(task)
+        blocks = _encode_task(task, share)
+        return blocks, blocks.cached | share.cached
+
+    first, _ = night()
     assert encoded and fits and first.cached
-    encoded.clear()
-    fits.clear()
-    again = _encode_task(task, _night_share_task(task))  # the next night's worker
-    assert encoded == [] and fits == []
-    np.testing.assert_array_equal(first.X, again.X)
-    # Days read need no pair model: only the entries this night read are its to keep.
-    assert again.cached and again.cached < first.cached
-    # The client keeps what its workers used and nothing else.
-    stale = cache.days.disk.directory / "stale"
-    stale.mkdir()
-    client = NightCache.at(cache.directory)
-    client.keep(again.cached)
-    client.prune()
-    assert not stale.exists()
-    assert {e.name for e in cache.days.disk.directory.iterdir()} \
-        | {e.name for e in cache.pairs.disk.directory.iterdir()} == set(again.cached)
+    for _ in range(2):  # the next nights' workers, each after the client pruned
+        again, used = night()
+        assert encoded == [] and fits == []
+        np.testing.assert_array_equal(first.X, again.X)
+        stale = cache.days.disk.directory / "stale"
+        stale.mkdir()
+        client = NightCache.at(cache.directory)
+        client.keep(used)
+        client.prune()
+        # The client keeps what its workers used (the share's pair models too) and no more.
+        assert not stale.exists()
+        assert {e.name for e in cache.days.disk.directory.iterdir()} \
+            | {e.name for e in cache.pairs.disk.directory.iterdir()} == set(used)
 
 
 def test_export_refuses_foreign_directories_and_replaces_its_own(sim_workspace: Workspace,

@@ -144,21 +144,31 @@ class EncodeTask:
         return NightCache.at(Path(self.cache_dir)) if self.cache_dir is not None else None
 
 
-def _night_share_task(task: EncodeTask) -> float | None:
+@dataclass(frozen=True)
+class NightShare:
+    """The flat carry's share of the night's pair model (``None`` without pair models), and
+    the :class:`~leap.model.window.NightCache` entries judging it read or wrote."""
+
+    share: float | None
+    cached: frozenset[str] = frozenset()
+
+
+def _night_share_task(task: EncodeTask) -> NightShare:
     """Runs on a worker: the flat carry's share of the night's pair model
-    (:meth:`~leap.features.pairs.PairSchedule.night_share`), ``None`` without pair models."""
+    (:meth:`~leap.features.pairs.PairSchedule.night_share`)."""
     if not (task.cfg.pair_model and task.cfg.use_history):
-        return None
+        return NightShare(None)
     as_of = task.window_start + timedelta(days=task.cfg.window_days)
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
                              as_of - timedelta(days=PAIR_DAYS), as_of)
     cache = task.night_cache()
     schedule = pair_schedule(attempts, task.catalog, as_of, task.cfg,
                              store=cache.pairs if cache is not None else None)
-    return schedule.night_share() if schedule is not None else None
+    share = schedule.night_share() if schedule is not None else None
+    return NightShare(share, cache.used() if cache is not None else frozenset())
 
 
-def _encode_task(task: EncodeTask, share: float | None) -> DayBlocks:
+def _encode_task(task: EncodeTask, night: NightShare) -> DayBlocks:
     """Runs on a worker: read the days the task's snapshots need, encode its days, reading
     the flat carry at the night's ``share``."""
     first = task.window_start + timedelta(days=task.days[0])
@@ -166,7 +176,7 @@ def _encode_task(task: EncodeTask, share: float | None) -> DayBlocks:
     attempts = load_attempts(ParquetAttempts(Path(task.directory)),
                              history_start(first, task.cfg), end)
     cache = task.night_cache()
-    builder = history_builder(attempts, task.catalog, end, task.cfg, share=share,
+    builder = history_builder(attempts, task.catalog, end, task.cfg, share=night.share,
                               pair_store=cache.pairs if cache is not None else None)
     try:
         blocks = encode_days(attempts, builder, task.catalog, task.window_start, task.days,
@@ -240,7 +250,7 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
     share = client.submit(_night_share_task, night, pure=False)
     futures = client.map(_encode_task, [
         EncodeTask(str(directory), catalog, task_cfg, spec, window_start, days, cache_dir)
-        for days in _tasks(window_start, cfg)], share=share, pure=False)
+        for days in _tasks(window_start, cfg)], night=share, pure=False)
     held_future = client.submit(_held_out_task, night, pure=False)
     small = client.map(_small, futures)
     parts: list[DayBlocks] = []
@@ -250,7 +260,7 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
             progress("features", i + 1, len(small) + 1)
     held = held_future.result()
     if disk_cache is not None:
-        disk_cache.keep(held.cached.union(*(p.cached for p in parts)))
+        disk_cache.keep(held.cached.union(share.result().cached, *(p.cached for p in parts)))
     X, order = deal_rows(client, client.map(operator.attrgetter("X"), futures),
                          [len(p.y) for p in parts], len(FEATURE_NAMES))
     del futures
