@@ -97,6 +97,7 @@ def test_workers_keep_and_read_the_night_cache(sim_workspace: Workspace, tmp_pat
         encoded.append(snap.as_of), real_encode(rows, snap, *a, **k))[1])
     monkeypatch.setattr(pairs.PairModel, "fit", classmethod(lambda cls, *a, **k: (
         fits.append(1), real_fit(cls, *a, **k))[1]))
+
     def night() -> tuple[DayBlocks, frozenset[str]]:
         """One night's workers: the share, then the days; and what they used."""
         encoded.clear()
