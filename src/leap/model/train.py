@@ -473,21 +473,19 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
 
         wm = train_store_dask(store, catalog, as_of, dask_client, cfg, export_dir, progress,
                               disk_cache)
-        if disk_cache is not None:
-            disk_cache.prune()
         timings = dict(wm.timings)
     else:
         attempts = window_attempts(store, as_of, cfg)
         load_s = time.perf_counter() - t0
         ts = build_training_set(attempts, catalog, as_of, cfg, progress,
                                 disk_cache=disk_cache)
-        if disk_cache is not None:
-            disk_cache.prune()
         del attempts  # the fit needs only the encoded rows: free the raw ones first
         release_free_memory()
         wm = fit_window(ts, catalog, as_of, cfg, progress)
         del ts
         timings = {"load_s": load_s, **wm.timings}
+    if disk_cache is not None:  # what this night neither read nor made, on either path
+        disk_cache.prune()
     held = wm.metrics.held_out
     new_acc = held.accuracy if held else None
     gate = _quality_gate(registry, wm.eval_jobs, new_acc, cfg.quality_margin)
