@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,6 +50,7 @@ from leap.model.train import train_nightly
 from leap.model.window import (
     DayBlocks,
     DayStore,
+    NightCache,
     build_training_set,
     encode_days,
     family_codes,
@@ -204,6 +206,37 @@ def test_a_night_reads_the_days_the_night_before_kept(attempts: pd.DataFrame, tm
     again = night(changed, SMALL_AS_OF, DayStore(store.disk.directory))
     assert len(encoded) == 2
     np.testing.assert_array_equal(again.X, night(changed, SMALL_AS_OF, None).X)
+
+
+def test_a_night_fits_only_the_pair_models_of_the_days_it_encodes(
+        attempts: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A night whose days were kept asks only for the pair models its held-out day reads
+    (the fresh one, the validation day's week), not the older weeks' that the days kept
+    were encoded with (a Dask night before keeps only the weeks its workers read); its rows
+    are the rows of a night from nothing."""
+    cfg = small_train_config(window_days=3)
+    as_of = datetime(2026, 1, 10, tzinfo=UTC)  # the window 01-07..01-09 spans two refits
+    asked: list[str] = []
+    real = PairSchedule._fit_or_load
+
+    def counted(self: PairSchedule, day: datetime, rows: pd.DataFrame) -> Any:
+        asked.append(day.date().isoformat())
+        return real(self, day, rows)
+
+    monkeypatch.setattr(PairSchedule, "_fit_or_load", counted)
+
+    def night() -> window.TrainingSet:
+        asked.clear()
+        return build_training_set(attempts, CAT, as_of, cfg,
+                                  disk_cache=NightCache.at(tmp_path / "cache"))
+
+    cold = night()
+    assert sorted(asked) == ["2026-01-01", "2026-01-08", "2026-01-10"]
+    shutil.rmtree(tmp_path / "cache" / "pairs")
+    warm = night()
+    assert sorted(asked) == ["2026-01-08", "2026-01-10"]
+    np.testing.assert_array_equal(warm.X, cold.X)
+    np.testing.assert_array_equal(warm.y, cold.y)
 
 
 def test_boosters_grown_side_by_side_are_the_boosters_grown_one_by_one() -> None:

@@ -48,6 +48,10 @@ class DiskCache:
             shutil.rmtree(entry, ignore_errors=True)
             return None
 
+    def has(self, key: str) -> bool:
+        """Whether an entry ``key`` is kept (not counted as used: :meth:`read` it to use it)."""
+        return (self.directory / key).is_dir()
+
     def write(self, key: str, save: Callable[[Path], object]) -> None:
         """Keep what ``save(folder)`` writes as the entry ``key`` (a concurrent writer's
         entry for the same key, made of the same inputs, is left as it is; a disk that

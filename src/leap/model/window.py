@@ -536,6 +536,15 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     stored = _day_keys(attempts, catalog, starts, cfg, mask_key) if day_store is not None \
         else {}
     day_attempts = {d: submitted_in(attempts, t, t + timedelta(days=1)) for d, t in starts.items()}
+    # The pair models of the days to encode (not those kept) are fit or read now, one after
+    # the other, before the days' threads, which then find them in the schedule's cache.
+    t0 = time.perf_counter()
+    if builder.pairs is not None:
+        for d, t in starts.items():
+            if len(day_attempts[d]) and not (day_store is not None
+                                             and day_store.disk.has(stored[d])):
+                builder.pairs(t)
+    pair_s = time.perf_counter() - t0
     # The matrix is filled day by day in place: reserved for every attempt of these days and
     # one masked copy of each (pages never written cost no memory), so no day is held twice.
     X = np.empty((2 * sum(len(a) for a in day_attempts.values()), len(FEATURE_NAMES)),
@@ -616,6 +625,7 @@ def encode_days(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalo
     if busy > 0:
         wall = time.perf_counter() - t0
         snap_s, enc_s = wall * snap_s / busy, wall * enc_s / busy
+    snap_s += pair_s
     X = X[:filled]
     return DayBlocks(X=X, y=np.concatenate(ys) if ys else np.empty(0),
                      day=np.concatenate(day_of) if day_of else np.empty(0, dtype=np.int64),
@@ -847,14 +857,15 @@ def build_training_set(attempts: pd.DataFrame, catalog: Catalog, as_of: datetime
     builder = history_builder(attempts, catalog, as_of, cfg, cache,
                               pair_store=disk_cache.pairs if disk_cache is not None else None)
     timings = {"history_prepare_s": time.perf_counter() - t0}
-    # Every pair model the night's snapshots read (the window's weekly refits and the served
-    # night's fresh fit) is fit now, before the window's matrix is built: a fit's working
-    # memory (0.7 GiB on a fleet four times the default) then no longer adds to the matrix
-    # at the night's peak. The snapshots find them in the schedule's cache.
+    # The pair models the held-out day reads (the served night's fresh fit and the
+    # validation days' refit) are fit now, before the window's matrix is built, and
+    # :func:`encode_days` fits those of the days it encodes before it fills the matrix: a
+    # fit's working memory (0.7 GiB on a fleet four times the default) then never adds to
+    # the matrix at the night's peak. Days read from ``disk_cache`` need no pair model.
     t0 = time.perf_counter()
     if builder.pairs is not None:
-        for d in range(cfg.window_days + 1):
-            builder.pairs(window_start + timedelta(days=d))
+        for back in range(cfg.validation_days + 1):
+            builder.pairs(as_of - timedelta(days=back))
     pair_s = time.perf_counter() - t0
     spec = window_spec(succeeded_attempts(submitted_in(attempts, window_start, as_of), catalog),
                        catalog, cfg, window_start, as_of)
