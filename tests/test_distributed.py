@@ -34,7 +34,13 @@ from leap.model.distributed import (
     early_stop_rounds,
 )
 from leap.model.train import train_nightly
-from leap.model.window import DayBlocks, NightCache, history_builder, load_attempts
+from leap.model.window import (
+    CacheUse,
+    DayBlocks,
+    NightCache,
+    history_builder,
+    load_attempts,
+)
 
 CAT = Catalog.default()
 
@@ -98,7 +104,7 @@ def test_workers_keep_and_read_the_night_cache(sim_workspace: Workspace, tmp_pat
     monkeypatch.setattr(pairs.PairModel, "fit", classmethod(lambda cls, *a, **k: (
         fits.append(1), real_fit(cls, *a, **k))[1]))
 
-    def night() -> tuple[DayBlocks, frozenset[str]]:
+    def night() -> tuple[DayBlocks, CacheUse]:
         """One night's workers: the share, then the days; and what they used."""
         encoded.clear()
         fits.clear()
@@ -106,8 +112,10 @@ def test_workers_keep_and_read_the_night_cache(sim_workspace: Workspace, tmp_pat
         blocks = _encode_task(task, share)
         return blocks, blocks.cached | share.cached
 
-    first, _ = night()
-    assert encoded and fits and first.cached
+    first, made = night()
+    assert encoded and fits and first.cached.asked
+    assert made.counts() == {"days_read": 0, "days_encoded": 3, "pair_models_read": 0,
+                             "pair_models_fit": len(fits)}
     for _ in range(2):  # the next nights' workers, each after the client pruned
         again, used = night()
         assert encoded == [] and fits == []
@@ -117,10 +125,15 @@ def test_workers_keep_and_read_the_night_cache(sim_workspace: Workspace, tmp_pat
         client = NightCache.at(cache.directory)
         client.keep(used)
         client.prune()
-        # The client keeps what its workers used (the share's pair models too) and no more.
+        # The client keeps what its workers used (the share's pair models too) and no more,
+        # and counts what they read: the days and the served night's pair model, not the
+        # week's that the days kept were encoded with.
         assert not stale.exists()
         assert {e.name for e in cache.days.disk.directory.iterdir()} \
-            | {e.name for e in cache.pairs.disk.directory.iterdir()} == set(used)
+            | {e.name for e in cache.pairs.disk.directory.iterdir()} == set(used.asked)
+        assert made.counts()["pair_models_fit"] == 2
+        assert client.used().counts() == {"days_read": 3, "days_encoded": 0,
+                                          "pair_models_read": 1, "pair_models_fit": 0}
 
 
 def test_export_refuses_foreign_directories_and_replaces_its_own(sim_workspace: Workspace,
@@ -223,6 +236,8 @@ def test_dask_training_matches_one_machine(trained_workspace: Workspace,
     kept = NightCache.at(tmp_path / "cache")
     assert len(list(kept.days.disk.directory.iterdir())) == small_train_config().window_days
     assert any(kept.pairs.disk.directory.iterdir())
+    assert dist.cache is not None and dist.cache["days_encoded"] == \
+        small_train_config().window_days and dist.cache["pair_models_fit"] >= 1
     art = Registry(tmp_path / "m2").load()
     assert (local["as_of"], local["train_config"]) == (art.manifest["as_of"],
                                                        art.manifest["train_config"])

@@ -684,9 +684,13 @@ def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> 
     out = json.loads(res.stdout)
     assert out["published"] and 0 < out["metrics"]["held_out"]["accuracy"] <= 1
     assert 0.8 < out["metrics"]["held_out"]["oracle_ceiling"] <= 1.0
-    # The night's pair models and encoded days are kept for the next night's run.
+    # The night's pair models and encoded days are kept for the next night's run, and the
+    # run says what it made and read.
     for kept in ("pairs", "days"):
         assert any((fresh_copy.home / "cache" / kept).iterdir()), kept
+    made = out["cache"]
+    assert made["days_encoded"] == 5 and made["days_read"] == 0
+    assert made["pair_models_fit"] >= 1 and made["pair_models_read"] == 0
     # Each novelty group with the families it is worth and its family-resampled confidence,
     # printed as a table without --json.
     seen = out["metrics"]["held_out"]["novelty"]["seen_config"]
@@ -697,6 +701,14 @@ def test_cli_train_list_predict_check(fresh_copy: Workspace, tmp_path: Path) -> 
     with console.capture() as shown:
         print_train(out)
     assert "by novelty group" in shown.get() and "seen config" in shown.get()
+    assert "(<home>/cache): 0 days read, 5 encoded" in shown.get()
+    # The same night again (a rerun after a failed publish, say) reads all of it back.
+    res = runner.invoke(app, [*home, "train", "--as-of", "2026-01-12", "--window-days", "5",
+                              "--model", "global", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    again = json.loads(res.stdout)["cache"]
+    assert again == {"days_read": 5, "days_encoded": 0,
+                     "pair_models_read": made["pair_models_fit"], "pair_models_fit": 0}
     res = runner.invoke(app, [*home, "models", "list", "--json"])
     listing = json.loads(res.stdout)
     assert listing["latest"] == out["version"] and len(listing["versions"]) == 2

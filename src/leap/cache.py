@@ -29,11 +29,14 @@ T = TypeVar("T")
 
 class DiskCache:
     """Entries in ``directory``, one folder each (see the module docstring); ``used``: the
-    keys this object read or wrote."""
+    keys this object asked for or wrote; of them ``found``, those it read an entry of, and
+    ``made``, those it wrote one of."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.used: set[str] = set()
+        self.found: set[str] = set()
+        self.made: set[str] = set()
 
     def read(self, key: str, load: Callable[[Path], T | None]) -> T | None:
         """``load(folder)`` of the entry ``key``; ``None`` when there is none or it does not
@@ -43,10 +46,12 @@ class DiskCache:
         if not entry.is_dir():
             return None
         try:
-            return load(entry)
+            value = load(entry)
         except (ArtifactError, OSError, ValueError, KeyError):
             shutil.rmtree(entry, ignore_errors=True)
             return None
+        self.found.add(key)
+        return value
 
     def has(self, key: str) -> bool:
         """Whether an entry ``key`` is kept (not counted as used: :meth:`read` it to use it)."""
@@ -64,6 +69,7 @@ class DiskCache:
             tmp.mkdir(parents=True)
             save(tmp)
             os.rename(tmp, self.directory / key)
+            self.made.add(key)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
 

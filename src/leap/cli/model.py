@@ -163,6 +163,11 @@ def print_train(out: dict[str, Any]) -> None:
                       f"{gate['current_version']} {_pct(gate['current_accuracy'])}")
     t = out["timings_s"]
     console.print("time: " + ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in t.items()))
+    if "cache" in out:
+        c = out["cache"]
+        console.print(f"kept between nights (<home>/cache): {c['days_read']} days read, "
+                      f"{c['days_encoded']} encoded; pair models {c['pair_models_read']} "
+                      f"read, {c['pair_models_fit']} fit")
 
 
 #: The novelty groups (:data:`leap.features.encode.NOVELTY_GROUPS`) as the CLI's tables name

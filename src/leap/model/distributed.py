@@ -37,6 +37,7 @@ Dask is imported only here, so ``import leap`` stays cheap.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import os
@@ -45,7 +46,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ from leap.model.cascade import GBMParams
 from leap.model.train import WindowModel, fit_window
 from leap.model.window import (
     TRAIN_DTYPE,
+    CacheUse,
     DayBlocks,
     HeldOut,
     NightCache,
@@ -147,10 +149,10 @@ class EncodeTask:
 @dataclass(frozen=True)
 class NightShare:
     """The flat carry's share of the night's pair model (``None`` without pair models), and
-    the :class:`~leap.model.window.NightCache` entries judging it read or wrote."""
+    what judging it did with the :class:`~leap.model.window.NightCache`."""
 
     share: float | None
-    cached: frozenset[str] = frozenset()
+    cached: CacheUse = field(default_factory=CacheUse)
 
 
 def _night_share_task(task: EncodeTask) -> NightShare:
@@ -165,7 +167,7 @@ def _night_share_task(task: EncodeTask) -> NightShare:
     schedule = pair_schedule(attempts, task.catalog, as_of, task.cfg,
                              store=cache.pairs if cache is not None else None)
     share = schedule.night_share() if schedule is not None else None
-    return NightShare(share, cache.used() if cache is not None else frozenset())
+    return NightShare(share, cache.used() if cache is not None else CacheUse())
 
 
 def _encode_task(task: EncodeTask, night: NightShare) -> DayBlocks:
@@ -260,7 +262,8 @@ def train_window_dask(directory: Path, catalog: Catalog, as_of: datetime, client
             progress("features", i + 1, len(small) + 1)
     held = held_future.result()
     if disk_cache is not None:
-        disk_cache.keep(held.cached.union(share.result().cached, *(p.cached for p in parts)))
+        disk_cache.keep(functools.reduce(operator.or_, (p.cached for p in parts),
+                                         held.cached | share.result().cached))
     X, order = deal_rows(client, client.map(operator.attrgetter("X"), futures),
                          [len(p.y) for p in parts], len(FEATURE_NAMES))
     del futures

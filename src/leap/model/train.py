@@ -148,11 +148,17 @@ class TrainResult:
     timings: dict[str, float]
     gate: QualityGate
     artifact: Artifact | None = None
+    #: What the night took from and left in its :class:`NightCache`
+    #: (:meth:`~leap.model.window.CacheUse.counts`); ``None`` without one.
+    cache: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "published": self.published,
-                "as_of": self.as_of.isoformat(), "metrics": self.metrics.to_dict(),
-                "timings_s": self.timings, "quality_gate": self.gate.to_dict()}
+        out = {"version": self.version, "published": self.published,
+               "as_of": self.as_of.isoformat(), "metrics": self.metrics.to_dict(),
+               "timings_s": self.timings, "quality_gate": self.gate.to_dict()}
+        if self.cache is not None:
+            out["cache"] = self.cache
+        return out
 
 
 def gbm_params(cfg: TrainConfig) -> GBMParams:
@@ -484,14 +490,16 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
         wm = fit_window(ts, catalog, as_of, cfg, progress)
         del ts
         timings = {"load_s": load_s, **wm.timings}
+    cache = None
     if disk_cache is not None:  # what this night neither read nor made, on either path
         disk_cache.prune()
+        cache = disk_cache.used().counts()
     held = wm.metrics.held_out
     new_acc = held.accuracy if held else None
     gate = _quality_gate(registry, wm.eval_jobs, new_acc, cfg.quality_margin)
     timings["total_s"] = time.perf_counter() - t_start
     if not publish:
-        return TrainResult(None, False, as_of, wm.metrics, timings, gate, wm.artifact)
+        return TrainResult(None, False, as_of, wm.metrics, timings, gate, wm.artifact, cache)
     if not gate.passed and not force:
         raise QualityGateError(
             f"refusing to publish: held-out accuracy {new_acc:.3f} is more than "
@@ -512,7 +520,7 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
         if staged.exists():
             shutil.rmtree(staged, ignore_errors=True)
     timings["total_s"] = time.perf_counter() - t_start
-    return TrainResult(version, True, as_of, wm.metrics, timings, gate)
+    return TrainResult(version, True, as_of, wm.metrics, timings, gate, cache=cache)
 
 
 def _quality_gate(registry: Registry, eval_jobs: pd.DataFrame, new_acc: float | None,

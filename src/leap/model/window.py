@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -391,6 +391,30 @@ def window_spec(train_rows: pd.DataFrame, catalog: Catalog, cfg: TrainConfig,
     return spec
 
 
+@dataclass(frozen=True)
+class CacheUse:
+    """What one night's processes did with its :class:`NightCache`: every key asked for
+    (what :meth:`NightCache.prune` keeps), and of them the days and pair models read from
+    it or made and kept in it. Workers' uses are joined with ``|``."""
+
+    asked: frozenset[str] = frozenset()
+    days_read: frozenset[str] = frozenset()
+    days_made: frozenset[str] = frozenset()
+    pairs_read: frozenset[str] = frozenset()
+    pairs_made: frozenset[str] = frozenset()
+
+    def __or__(self, other: CacheUse) -> CacheUse:
+        return CacheUse(**{f.name: getattr(self, f.name) | getattr(other, f.name)
+                           for f in fields(self)})
+
+    def counts(self) -> dict[str, int]:
+        """How many days were read or encoded, and pair models read or fit and kept (``leap
+        train`` prints them; a day or model made by two workers at once counts once)."""
+        return {"days_read": len(self.days_read), "days_encoded": len(self.days_made),
+                "pair_models_read": len(self.pairs_read),
+                "pair_models_fit": len(self.pairs_made)}
+
+
 @dataclass
 class DayBlocks:
     """Some days of a window, encoded: every feature (``X``), log throughput, the day (since
@@ -408,8 +432,8 @@ class DayBlocks:
     family: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
     snapshot_s: float = 0.0
     features_s: float = 0.0
-    #: The :class:`NightCache` entries read or written for these days (on the Dask path).
-    cached: frozenset[str] = frozenset()
+    #: What encoding these days did with the :class:`NightCache` (on the Dask path).
+    cached: CacheUse = field(default_factory=CacheUse)
 
 
 class DayStore:
@@ -472,16 +496,24 @@ class NightCache:
         """The folder :meth:`at` was given (for a worker's own :class:`NightCache`)."""
         return self.days.disk.directory.parent
 
-    def used(self) -> frozenset[str]:
-        """The entries this object read or wrote (a Dask worker's, sent back to the client)."""
-        return frozenset(self.pairs.disk.used | self.days.disk.used)
+    def used(self) -> CacheUse:
+        """What this object asked for, read and made (a Dask worker's, sent back to the
+        client)."""
+        days, pairs = self.days.disk, self.pairs.disk
+        return CacheUse(frozenset(days.used | pairs.used), frozenset(days.found),
+                        frozenset(days.made), frozenset(pairs.found), frozenset(pairs.made))
 
-    def keep(self, keys: Iterable[str]) -> None:
-        """Count ``keys``, entries another process read or wrote this night, as used here,
-        so that :meth:`prune` keeps them. Keys are digests of their entries' inputs: a day's
-        never names a pair model's entry, nor the reverse."""
-        for disk in (self.pairs.disk, self.days.disk):
-            disk.used.update(keys)
+    def keep(self, use: CacheUse) -> None:
+        """Count what another process did with the cache this night as done here: its
+        entries are kept by :meth:`prune` and counted by :meth:`used`. Keys are digests of
+        their entries' inputs: a day's never names a pair model's entry, nor the reverse."""
+        days, pairs = self.days.disk, self.pairs.disk
+        for disk in (days, pairs):
+            disk.used.update(use.asked)
+        days.found.update(use.days_read)
+        days.made.update(use.days_made)
+        pairs.found.update(use.pairs_read)
+        pairs.made.update(use.pairs_made)
 
     def prune(self) -> None:
         """Remove what this night neither read nor made (another window's training in
@@ -665,8 +697,8 @@ class HeldOut:
     new_trainer_count_X: np.ndarray = field(
         default_factory=lambda: np.empty((0, len(FEATURE_NAMES))))
     new_trainer_count_y: np.ndarray = field(default_factory=lambda: np.empty(0))
-    #: The :class:`NightCache` entries read or written for it (on the Dask path).
-    cached: frozenset[str] = frozenset()
+    #: What building it did with the :class:`NightCache` (on the Dask path).
+    cached: CacheUse = field(default_factory=CacheUse)
 
 
 def held_out_day(attempts: pd.DataFrame, builder: HistoryBuilder, catalog: Catalog,
