@@ -408,10 +408,12 @@ class CacheUse:
                            for f in fields(self)})
 
     def counts(self) -> dict[str, int]:
-        """How many days were read or encoded, and pair models read or fit and kept (``leap
-        train`` prints them; a day or model made by two workers at once counts once)."""
-        return {"days_read": len(self.days_read), "days_encoded": len(self.days_made),
-                "pair_models_read": len(self.pairs_read),
+        """How many days were read (made on an earlier night) or encoded, and pair models
+        read or fit and kept (``leap train`` prints them; on Dask, an entry one worker made
+        and another then read counts as made, once)."""
+        return {"days_read": len(self.days_read - self.days_made),
+                "days_encoded": len(self.days_made),
+                "pair_models_read": len(self.pairs_read - self.pairs_made),
                 "pair_models_fit": len(self.pairs_made)}
 
 
