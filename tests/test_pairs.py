@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -422,6 +425,30 @@ def test_the_schedule_reads_only_the_two_weeks_before_the_last_refit_day(
     assert fresh(served).fingerprint() != a.fingerprint()
     assert PairSchedule(late, CAT, FAST, fresh_at=served)(served).fingerprint() \
         != fresh(served).fingerprint()
+
+
+def test_threads_asking_for_one_model_fit_it_once(attempts: pd.DataFrame,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Days encoded side by side whose model was not fit up front (a day kept in the night
+    cache that fails to load) wait for one fit instead of each fitting it."""
+    spread = attempts.copy()
+    spread["submitted_at"] = AS_OF - pd.to_timedelta(np.arange(len(spread)) % 40, unit="D") \
+        - pd.Timedelta(hours=1)
+    fits: list[int] = []
+    real = PairModel.fit.__func__
+
+    def slow_fit(cls: type[PairModel], *a: Any, **k: Any) -> PairModel | None:
+        fits.append(1)
+        time.sleep(0.2)  # long enough for the other threads to ask meanwhile
+        return real(cls, *a, **k)
+
+    monkeypatch.setattr(PairModel, "fit", classmethod(slow_fit))
+    schedule = PairSchedule(spread, CAT, FAST)
+    t = datetime(2026, 1, 15, 13, tzinfo=UTC)
+    with ThreadPoolExecutor(4) as pool:
+        models = list(pool.map(lambda _: schedule(t), range(4)))
+    assert len(fits) == 1 and models[0] is not None
+    assert all(m is models[0] for m in models)
 
 
 def test_every_snapshot_of_a_night_reads_the_served_models_share(

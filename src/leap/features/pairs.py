@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import threading
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
@@ -429,6 +430,9 @@ class PairSchedule:
             cache if cache is not None else {}
         self._at = pd.DatetimeIndex(pd.to_datetime(attempts["submitted_at"], utc=True))
         self._share = share
+        # Snapshots of days encoded side by side may ask for a model not yet fit: it is fit
+        # once, the other thread waiting for it.
+        self._fitting = threading.Lock()
 
     def __call__(self, as_of: datetime) -> PairModel | None:
         """The pair model as of ``as_of``; before ``fresh_at``, reading the flat carry at
@@ -465,7 +469,9 @@ class PairSchedule:
         rows = np.flatnonzero((self._at >= day - timedelta(days=PAIR_DAYS)) & (self._at < day))
         key = (day.date().isoformat(), len(rows), repr(self.params))
         if key not in self.cache:
-            self.cache[key] = self._fit_or_load(day, self._usable(rows))
+            with self._fitting:
+                if key not in self.cache:
+                    self.cache[key] = self._fit_or_load(day, self._usable(rows))
         return self.cache[key]
 
     def _fit_or_load(self, day: datetime, rows: pd.DataFrame) -> PairModel | None:
