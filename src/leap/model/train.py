@@ -499,7 +499,8 @@ def train_nightly(store: Store, catalog: Catalog, registry: Registry, *,
     gate = _quality_gate(registry, wm.eval_jobs, new_acc, cfg.quality_margin)
     timings["total_s"] = time.perf_counter() - t_start
     if not publish:
-        return TrainResult(None, False, as_of, wm.metrics, timings, gate, wm.artifact, cache)
+        return TrainResult(None, False, as_of, wm.metrics, timings, gate, wm.artifact,
+                           cache=cache)
     if not gate.passed and not force:
         raise QualityGateError(
             f"refusing to publish: held-out accuracy {new_acc:.3f} is more than "
