@@ -279,10 +279,10 @@ def _encode_rows(cols_in: Columns, snapshot: Snapshot, catalog: Catalog,
     """:func:`encode` of one block of rows (float64)."""
     n = len(cols_in)
     cols: dict[str, np.ndarray] = {}
-    for c in _LOG_JOB:
-        with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for c in _LOG_JOB:
             v = np.log(cols_in.num(c))
-        cols[f"log_{c}"] = np.where(np.isfinite(v), v, np.nan)
+            cols[f"log_{c}"] = np.where(np.isfinite(v), v, np.nan)
     for c in _RAW_JOB:
         cols[c] = cols_in.num(c)
     hardware = cols_in.obj("hardware")
@@ -371,7 +371,7 @@ def new_vendor(X: np.ndarray, names: Sequence[str]) -> np.ndarray | None:
     >>> new_vendor(X, ["fam_n", "fam_vendor_n"]).tolist()
     [False, True, False]
     """
-    pos = _positions(tuple(names))
+    pos = feature_positions(tuple(names))
     if "fam_n" not in pos or "fam_vendor_n" not in pos:
         return None
     return np.isfinite(X[:, pos["fam_n"]]) & np.isnan(X[:, pos["fam_vendor_n"]])
@@ -393,11 +393,10 @@ def new_trainer_count(X: np.ndarray, names: Sequence[str]) -> np.ndarray:
     ...                   ["fam_hw_n", "fam_hw_tc_n"]).tolist()
     [True, False, False]
     """
-    if "fam_hw_n" not in names or "fam_hw_tc_n" not in names:
+    pos = feature_positions(tuple(names))
+    if "fam_hw_n" not in pos or "fam_hw_tc_n" not in pos:
         return np.zeros(len(X), dtype=bool)
-    cols = list(names)
-    with np.errstate(invalid="ignore"):
-        return (X[:, cols.index("fam_hw_n")] > 0) & ~(X[:, cols.index("fam_hw_tc_n")] > 0)
+    return (X[:, pos["fam_hw_n"]] > 0) & ~(X[:, pos["fam_hw_tc_n"]] > 0)  # NaN: False
 
 
 def novelty(X: np.ndarray, names: Sequence[str]) -> np.ndarray:
@@ -411,14 +410,21 @@ def novelty(X: np.ndarray, names: Sequence[str]) -> np.ndarray:
     >>> [NOVELTY_GROUPS[g] for g in novelty(X, names)]
     ['seen_config', 'seen_pair_new_shape', 'unobserved_pair_2', 'new_family']
     """
-    pos = _positions(tuple(names))
+    pos = feature_positions(tuple(names))
     config, pair, fam = (np.isfinite(X[:, pos[c]]) for c in ("fam_hw_shape_n", "fam_hw_n",
                                                              "fam_n"))
-    types = np.clip(np.nan_to_num(X[:, pos["xfer_n_types"]]), 1, 3).astype(np.int64)
+    # Other types the family ran on, as 1, 2 or 3+ (none or missing counts as 1): what
+    # np.clip(np.nan_to_num(n), 1, 3) gives, at a fifth of its cost on a request's rows.
+    n = X[:, pos["xfer_n_types"]]
+    types = np.where(n >= 3, 3, np.where(n >= 2, 2, 1))
     return np.where(config, 0, np.where(pair, 1, np.where(fam, 1 + types, 5)))
 
 
 @functools.lru_cache(maxsize=16)
-def _positions(names: tuple[str, ...]) -> dict[str, int]:
-    """Column index of each feature name (read-only use: the dict is shared)."""
+def feature_positions(names: tuple[str, ...]) -> dict[str, int]:
+    """Column index of each feature name (read-only use: the dict is shared).
+
+    >>> feature_positions(("a", "b"))["b"]
+    1
+    """
     return {n: i for i, n in enumerate(names)}

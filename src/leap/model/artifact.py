@@ -36,6 +36,7 @@ from leap.features.encode import (
     FeatureSpec,
     base_margin,
     encode,
+    feature_positions,
     jobs_frame,
     new_trainer_count,
     new_vendor,
@@ -154,8 +155,9 @@ class Artifact:
     def on_new_type(self, X: np.ndarray, names: Sequence[str]) -> np.ndarray:
         """Whether each encoded row (columns ``names``, with ``hardware``) is on a type
         nobody ran on in the snapshot's window (or one outside the model's vocabulary)."""
-        code = X[:, list(names).index("hardware")]
-        return np.isnan(code) | self._absent_types()[np.nan_to_num(code).astype(np.intp)]
+        code = X[:, feature_positions(tuple(names))["hardware"]]
+        unknown = np.isnan(code)
+        return unknown | self._absent_types()[np.where(unknown, 0, code).astype(np.intp)]
 
     def predict_encoded(self, X_full: np.ndarray) -> Prediction:
         """Log samples/s, its interval and novelty group for rows from :meth:`encode_full`.
@@ -181,9 +183,9 @@ class Artifact:
         new to the row's (family, type) pair."""
         if self.intervals is None:
             raise ArtifactError("this model has no intervals (too few validation rows)")
-        new_type = self.on_new_type(X, names) if "hardware" in names else None
-        new_model_type = np.isnan(X[:, list(names).index("mt_n")]) if "mt_n" in names \
-            else None
+        pos = feature_positions(tuple(names))
+        new_type = self.on_new_type(X, names) if "hardware" in pos else None
+        new_model_type = np.isnan(X[:, pos["mt_n"]]) if "mt_n" in pos else None
         return self.intervals.offsets(group, new_vendor(X, names), new_type, new_model_type,
                                       new_trainer_count(X, names))
 
