@@ -48,6 +48,12 @@ _native = _import_native()
 
 log = logging.getLogger("leap.features")
 
+#: How far the compiled kernels may be from the NumPy code, relative and absolute. They round
+#: as NumPy does step for step, but NumPy's log1p and friends are its own SIMD code on a host
+#: with AVX-512 and the C library's elsewhere, so the two may differ in the last bit there;
+#: a spread of equal values then comes out 0 one way and 5.6e-17 the other (2026-12-08).
+NATIVE_TOLERANCE = 1e-12
+
 #: Family halves for cross-fitting.
 FOLDS = 2
 #: Columns that make one configuration of a family (with ``hardware``, one group).
@@ -336,7 +342,8 @@ def native_kernels() -> ModuleType | None:
     """The compiled kernels of the pair and shape rows and row medians
     (:mod:`leap.features._native`), or None where the install built none, ``LEAP_NATIVE=0``
     is set, or they disagree with the NumPy code: laid out otherwise, or off by more than
-    1e-12 on :func:`_probe` (a compiler flag such as ``-ffast-math`` drops NaN checks).
+    :data:`NATIVE_TOLERANCE` on :func:`_probe` (a compiler flag such as ``-ffast-math`` drops
+    NaN checks).
     Checked once per process."""
     if _native is None or os.environ.get(NATIVE_ENV, "1") == "0":
         return None
@@ -347,7 +354,7 @@ def native_kernels() -> ModuleType | None:
         return None
     _native.set_constants(TRAIN_BYTES_PER_PARAM, ALLREDUCE_BYTES_PER_PARAM, ACTIVATION_BYTES)
     want, got = _probe(None), _probe(_native)
-    if not all(np.allclose(w, g, rtol=1e-12, atol=0.0, equal_nan=True)
+    if not all(np.allclose(w, g, rtol=NATIVE_TOLERANCE, atol=NATIVE_TOLERANCE, equal_nan=True)
                for w, g in zip(want, got, strict=True)):
         log.warning("the compiled pair rows disagree with NumPy on a probe (was leap built "
                     "with unsafe math flags?); NumPy computes them")

@@ -41,6 +41,7 @@ from leap.catalog import Catalog
 from leap.features.columns import SMALL, Columns, factorize, key_column, nan_to, positions
 from leap.features.pair_rows import (
     JOB_FEATURE_COLUMNS,
+    NATIVE_TOLERANCE,
     SHAPE_NEAREST,
     log_shape,
     native_kernels,
@@ -829,7 +830,8 @@ def transfer_kernels() -> ModuleType | None:
     """The compiled :func:`_core`, :func:`_same_shape` and :func:`_nearest_shapes`
     (:mod:`leap.features._native`), or None where there are no compiled kernels
     (:func:`~leap.features.pair_rows.native_kernels`) or these disagree with NumPy: laid out
-    otherwise, or off by more than 1e-12 on :func:`_probe_inputs` and :func:`_probe_shapes`
+    otherwise, or off by more than :data:`~leap.features.pair_rows.NATIVE_TOLERANCE` on
+    :func:`_probe_inputs` and :func:`_probe_shapes`
     (or choosing other types or shapes). Checked once per process."""
     native = native_kernels()
     if native is None:
@@ -870,7 +872,7 @@ def _same_shapes(x: _ShapeProbe, native: ModuleType) -> bool:
     for scale in (None, _scale(x.own)):
         want = _same_shape(x.table, x.group, x.seen, x.shape, scale, None)
         if not np.allclose(want, _same_shape(x.table, x.group, x.seen, x.shape, scale, native),
-                           rtol=1e-12, atol=0.0, equal_nan=True):
+                           rtol=NATIVE_TOLERANCE, atol=NATIVE_TOLERANCE, equal_nan=True):
             return False
     for reach in (None, x.reach):
         want_i, want_e = _nearest_shapes(x.table, cells, x.shape, x.own, reach, None)
@@ -907,13 +909,14 @@ def _probe_shapes(rng: np.random.Generator, m: int, types: int) -> _ShapeProbe:
         own=own, reach=np.array([0.8, 1.5, 2.5]))
 
 
-def _same_core(want: _Core, got: _Core, rtol: float = 1e-12) -> bool:
-    """Whether two :func:`_core` results agree: numbers within ``rtol``, choices exactly."""
+def _same_core(want: _Core, got: _Core, tol: float = NATIVE_TOLERANCE) -> bool:
+    """Whether two :func:`_core` results agree: numbers within ``tol`` (relative and
+    absolute), choices exactly."""
     for w, g in zip(want, got, strict=True):
         if w is None or g is None:
             if (w is None) != (g is None):
                 return False
-        elif not (np.allclose(w, g, rtol=rtol, atol=0.0, equal_nan=True)
+        elif not (np.allclose(w, g, rtol=tol, atol=tol, equal_nan=True)
                   if w.dtype.kind == "f" else np.array_equal(w, g)):
             return False
     return True
