@@ -55,6 +55,17 @@ log = logging.getLogger("leap.features")
 #: 5.6e-17 the other.
 NATIVE_TOLERANCE = 1e-12
 
+
+def native_agrees(want: np.ndarray, got: np.ndarray) -> bool:
+    """Whether a compiled kernel's ``got`` equals the NumPy code's ``want`` within
+    :data:`NATIVE_TOLERANCE` (NaN where it is NaN).
+
+    >>> native_agrees(np.array([0.0, np.nan]), np.array([5.6e-17, np.nan]))
+    True
+    """
+    return bool(np.allclose(want, got, rtol=NATIVE_TOLERANCE, atol=NATIVE_TOLERANCE,
+                            equal_nan=True))
+
 #: Family halves for cross-fitting.
 FOLDS = 2
 #: Columns that make one configuration of a family (with ``hardware``, one group).
@@ -355,8 +366,7 @@ def native_kernels() -> ModuleType | None:
         return None
     _native.set_constants(TRAIN_BYTES_PER_PARAM, ALLREDUCE_BYTES_PER_PARAM, ACTIVATION_BYTES)
     want, got = _probe(None), _probe(_native)
-    if not all(np.allclose(w, g, rtol=NATIVE_TOLERANCE, atol=NATIVE_TOLERANCE, equal_nan=True)
-               for w, g in zip(want, got, strict=True)):
+    if not all(native_agrees(w, g) for w, g in zip(want, got, strict=True)):
         log.warning("the compiled pair rows disagree with NumPy on a probe (was leap built "
                     "with unsafe math flags?); NumPy computes them")
         return None

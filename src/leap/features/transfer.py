@@ -41,9 +41,9 @@ from leap.catalog import Catalog
 from leap.features.columns import SMALL, Columns, factorize, key_column, nan_to, positions
 from leap.features.pair_rows import (
     JOB_FEATURE_COLUMNS,
-    NATIVE_TOLERANCE,
     SHAPE_NEAREST,
     log_shape,
+    native_agrees,
     native_kernels,
     ordered_pairs,
     row_mean,
@@ -871,8 +871,8 @@ def _same_shapes(x: _ShapeProbe, native: ModuleType) -> bool:
     cells = x.group + np.argmax(x.seen, axis=1)
     for scale in (None, _scale(x.own)):
         want = _same_shape(x.table, x.group, x.seen, x.shape, scale, None)
-        if not np.allclose(want, _same_shape(x.table, x.group, x.seen, x.shape, scale, native),
-                           rtol=NATIVE_TOLERANCE, atol=NATIVE_TOLERANCE, equal_nan=True):
+        if not native_agrees(want, _same_shape(x.table, x.group, x.seen, x.shape, scale,
+                                               native)):
             return False
     for reach in (None, x.reach):
         want_i, want_e = _nearest_shapes(x.table, cells, x.shape, x.own, reach, None)
@@ -909,15 +909,14 @@ def _probe_shapes(rng: np.random.Generator, m: int, types: int) -> _ShapeProbe:
         own=own, reach=np.array([0.8, 1.5, 2.5]))
 
 
-def _same_core(want: _Core, got: _Core, tol: float = NATIVE_TOLERANCE) -> bool:
-    """Whether two :func:`_core` results agree: numbers within ``tol`` (relative and
-    absolute), choices exactly."""
+def _same_core(want: _Core, got: _Core) -> bool:
+    """Whether two :func:`_core` results agree: numbers as :func:`native_agrees` has them,
+    choices exactly."""
     for w, g in zip(want, got, strict=True):
         if w is None or g is None:
             if (w is None) != (g is None):
                 return False
-        elif not (np.allclose(w, g, rtol=tol, atol=tol, equal_nan=True)
-                  if w.dtype.kind == "f" else np.array_equal(w, g)):
+        elif not (native_agrees(w, g) if w.dtype.kind == "f" else np.array_equal(w, g)):
             return False
     return True
 
